@@ -1,0 +1,62 @@
+# llmfleet.vllm developer entry points. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+COLL_LINK := .ansible/collections/ansible_collections/llmfleet/vllm
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: help venv lock lint sanity unit integration molecule test demo testbed build clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(BIN)/ansible: requirements/dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements/dev.txt
+	touch $@
+
+$(COLL_LINK):
+	mkdir -p $(dir $(COLL_LINK))
+	ln -sfn ../../../.. $(COLL_LINK)
+
+venv: $(BIN)/ansible $(COLL_LINK) ## install pinned tooling into .venv and link the collection in
+
+lock: ## re-resolve requirements/dev.in into requirements/dev.txt
+	rm -rf build/lockvenv && $(PYTHON) -m venv build/lockvenv
+	build/lockvenv/bin/pip install -q -r requirements/dev.in
+	{ echo "# Generated from requirements/dev.in by 'make lock' (pip freeze of a clean venv). Do not edit by hand."; \
+	  build/lockvenv/bin/pip freeze --exclude-editable; } > requirements/dev.txt
+
+lint: venv ## yamllint and ansible-lint (production profile)
+	$(BIN)/yamllint --strict .
+	$(BIN)/ansible-lint --profile production
+
+sanity: venv ## ansible-test sanity from an ansible_collections/llmfleet/vllm copy
+	tools/sanity.sh build/sanity --requirements
+
+unit: venv ## unit tests (pytest)
+	$(BIN)/pytest -q tests/unit
+
+integration: venv ## module and playbook integration tests on real files, processes, servers and systemd hosts
+	$(BIN)/pytest -q tests/integration
+
+molecule: venv ## every molecule scenario (converge, idempotence, verify) on nspawn systemd hosts
+	cd molecule && for s in $$(ls -d */ | tr -d /); do molecule test -s $$s || exit 1; done
+
+testbed: ## build the cached systemd test-host rootfs
+	tools/testbed/testbed.sh build
+
+test: lint sanity unit integration molecule ## everything CI runs
+
+demo: venv testbed ## pivot a local systemd test host between two tiny models on the vLLM CPU engine
+	tools/demo.sh
+
+build: venv ## build the collection tarball
+	$(BIN)/ansible-galaxy collection build --force
+
+clean: ## remove build outputs (keeps the test-bed cache in /var/cache/llmfleet-testbed)
+	rm -rf build .ansible llmfleet-vllm-*.tar.gz tests/output

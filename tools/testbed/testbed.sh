@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Local systemd test hosts for the collection: real systemd as PID 1 in
+# systemd-nspawn machines, built from Debian packages (no image registry).
+# See docs/testbed.md for why nspawn and not podman/docker.
+#
+#   testbed.sh build                 debootstrap the cached base rootfs (once)
+#   testbed.sh up NAME SSH_PORT      boot a fresh machine NAME, sshd on 127.0.0.1:SSH_PORT
+#   testbed.sh down NAME             power it off and delete it
+#   testbed.sh exec NAME CMD...      run CMD inside NAME (nsenter)
+#   testbed.sh list                  machines that are up
+set -euo pipefail
+
+SUITE=${TESTBED_SUITE:-bookworm}
+MIRROR=${TESTBED_MIRROR:-http://deb.debian.org/debian}
+CACHE=${TESTBED_CACHE:-/var/cache/llmfleet-testbed}
+STATE=${TESTBED_STATE:-/var/lib/llmfleet-testbed}
+# python3-apt: ansible's apt module; python3-venv/pip: vllm_install; procps, iproute2: health checks.
+PACKAGES=systemd,systemd-sysv,dbus,python3,python3-venv,python3-pip,python3-apt,openssh-server,sudo,ca-certificates,procps,iproute2,curl,libnuma1,libgomp1,g++
+ROOTFS_KEY=$(printf '%s %s %s v1' "$SUITE" "$PACKAGES" "$MIRROR" | sha256sum | cut -c1-12)
+BASE=$CACHE/rootfs-$SUITE-$ROOTFS_KEY
+SSH_KEY=$CACHE/id_ed25519
+
+log() { printf '[testbed] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+need_tools() {
+  local missing=()
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
+  command -v systemd-nspawn >/dev/null || missing+=(systemd-container)
+  command -v ssh >/dev/null || missing+=(openssh-client)
+  if ((${#missing[@]})); then
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+cmd_build() {
+  need_tools
+  mkdir -p "$CACHE"
+  [[ -f $SSH_KEY ]] || ssh-keygen -q -t ed25519 -N '' -f "$SSH_KEY" -C llmfleet-testbed
+  if [[ -f $BASE/.complete ]]; then log "base rootfs cached: $BASE"; return; fi
+  local tmp=$BASE.tmp.$$
+  rm -rf "$tmp"
+  log "debootstrap $SUITE into $tmp (several minutes, cached afterwards)"
+  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$tmp" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 \
+    || { tail -20 "$CACHE/debootstrap.log" >&2; rm -rf "$tmp"; die "debootstrap failed (log: $CACHE/debootstrap.log)"; }
+  cp /etc/apt/sources.list.d/debian.sources "$tmp/etc/apt/sources.list.d/" 2>/dev/null || true
+  # Keep what a booted test host does not need from slowing boot or touching the host.
+  chroot "$tmp" systemctl mask systemd-networkd.service systemd-resolved.service \
+    systemd-timesyncd.service getty@tty1.service console-getty.service apt-daily.timer apt-daily-upgrade.timer >/dev/null 2>&1 || true
+  chroot "$tmp" systemctl enable ssh.service >/dev/null 2>&1
+  rm -f "$tmp"/etc/ssh/ssh_host_*  # generated per machine at boot (up)
+  touch "$tmp/.complete"
+  mv "$tmp" "$BASE"
+  log "base rootfs ready: $BASE ($(du -sh "$BASE" | cut -f1))"
+}
+
+leader_pid() { cat "$STATE/$1/leader.pid" 2>/dev/null; }
+
+cmd_up() {
+  local name=${1:?name} port=${2:?ssh port}
+  [[ $name =~ ^[a-z0-9][a-z0-9-]{0,30}$ ]] || die "machine name '$name' must match [a-z0-9-]"
+  cmd_build
+  local dir=$STATE/$name root=$STATE/$name/rootfs
+  if [[ -f $dir/leader.pid ]] && kill -0 "$(leader_pid "$name")" 2>/dev/null; then
+    log "$name already up (pid $(leader_pid "$name"))"; return
+  fi
+  rm -rf "$dir"; mkdir -p "$dir"
+  log "copying base rootfs for $name"
+  cp -a --reflink=auto "$BASE" "$root"
+  echo "$name" >"$root/etc/hostname"
+  printf '127.0.0.1 localhost\n127.0.1.1 %s\n' "$name" >"$root/etc/hosts"
+  chroot "$root" ssh-keygen -A >/dev/null
+  install -d -m 0700 "$root/root/.ssh"
+  install -m 0600 "$SSH_KEY.pub" "$root/root/.ssh/authorized_keys"
+  printf 'Port %s\nListenAddress 127.0.0.1\nPermitRootLogin prohibit-password\nUseDNS no\n' "$port" \
+    >"$root/etc/ssh/sshd_config.d/testbed.conf"
+  local binds=()
+  [[ -d /opt/wheels ]] && binds+=(--bind-ro=/opt/wheels)   # local wheels (torch CPU) where the machine has them
+  mkdir -p "$CACHE/pip"; binds+=(--bind="$CACHE/pip:/root/.cache/pip")
+  [[ -n ${TESTBED_EXTRA_BIND:-} ]] && binds+=(--bind="$TESTBED_EXTRA_BIND")
+  log "booting $name (ssh 127.0.0.1:$port)"
+  SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=0 setsid systemd-nspawn -b -D "$root" --register=no --keep-unit \
+    -M "$name" "${binds[@]}" </dev/null >"$dir/console.log" 2>&1 &
+  echo $! >"$dir/nspawn.pid"
+  echo "$port" >"$dir/ssh_port"
+  local i leader=""
+  for i in $(seq 1 120); do
+    leader=$(pgrep -P "$(cat "$dir/nspawn.pid")" 2>/dev/null | head -1 || true)
+    [[ -n $leader ]] && break
+    kill -0 "$(cat "$dir/nspawn.pid")" 2>/dev/null || { tail -20 "$dir/console.log" >&2; die "nspawn for $name exited"; }
+    sleep 0.5
+  done
+  [[ -n $leader ]] || die "no init process for $name"
+  echo "$leader" >"$dir/leader.pid"
+  for i in $(seq 1 120); do
+    if ssh_cmd "$name" true 2>/dev/null; then
+      log "$name is up: leader pid $leader, $(nsenter -t "$leader" -a systemctl is-system-running 2>/dev/null || true)"
+      return
+    fi
+    sleep 1
+  done
+  tail -30 "$dir/console.log" >&2
+  die "$name did not answer on ssh port $port"
+}
+
+ssh_cmd() {
+  local name=$1; shift
+  ssh -q -i "$SSH_KEY" -p "$(cat "$STATE/$name/ssh_port")" -o StrictHostKeyChecking=no \
+    -o UserKnownHostsFile=/dev/null -o ConnectTimeout=3 -o BatchMode=yes root@127.0.0.1 "$@"
+}
+
+cmd_down() {
+  local name=${1:?name} dir=$STATE/$1 leader
+  [[ -d $dir ]] || { log "$name is not up"; return; }
+  leader=$(leader_pid "$name" || true)
+  if [[ -n $leader ]] && kill -0 "$leader" 2>/dev/null; then
+    nsenter -t "$leader" -a systemctl poweroff >/dev/null 2>&1 || true
+    local nspawn; nspawn=$(cat "$dir/nspawn.pid")
+    for _ in $(seq 1 60); do kill -0 "$nspawn" 2>/dev/null || break; sleep 0.5; done
+    kill -0 "$nspawn" 2>/dev/null && { log "$name did not power off; killing"; kill -9 "$nspawn" "$leader" 2>/dev/null || true; sleep 1; }
+  fi
+  rm -rf "$dir"
+  log "$name is down"
+}
+
+cmd_exec() { local name=${1:?name}; shift; nsenter -t "$(leader_pid "$name")" -a "$@"; }
+
+cmd_list() {
+  local d
+  for d in "$STATE"/*/; do
+    [[ -f $d/leader.pid ]] || continue
+    kill -0 "$(cat "$d/leader.pid")" 2>/dev/null && printf '%s ssh_port=%s\n' "$(basename "$d")" "$(cat "$d/ssh_port")"
+  done
+}
+
+case ${1:-} in
+  build) cmd_build ;;
+  up) shift; cmd_up "$@" ;;
+  down) shift; cmd_down "$@" ;;
+  exec) shift; cmd_exec "$@" ;;
+  ssh) shift; ssh_cmd "$@" ;;
+  list) cmd_list ;;
+  key) echo "$SSH_KEY" ;;
+  *) sed -n '2,12p' "$0"; exit 2 ;;
+esac
