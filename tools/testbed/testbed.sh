@@ -4,8 +4,11 @@
 # See docs/testbed.md for why nspawn and not podman/docker.
 #
 #   testbed.sh build                 debootstrap the cached base rootfs (once)
-#   testbed.sh up NAME SSH_PORT      boot a fresh machine NAME, sshd on 127.0.0.1:SSH_PORT
+#   testbed.sh up NAME SSH_PORT [IMAGE]  boot a fresh machine NAME from the base rootfs (or a saved IMAGE),
+#                                    sshd on 127.0.0.1:SSH_PORT
 #   testbed.sh down NAME             power it off and delete it
+#   testbed.sh save NAME IMAGE       power NAME off and keep its rootfs as IMAGE (a cached layer for later ups)
+#   testbed.sh has-image IMAGE       exit 0 when IMAGE is cached
 #   testbed.sh exec NAME CMD...      run CMD inside NAME (nsenter)
 #   testbed.sh list                  machines that are up
 set -euo pipefail
@@ -59,19 +62,28 @@ cmd_build() {
 leader_pid() { cat "$STATE/$1/leader.pid" 2>/dev/null; }
 
 cmd_up() {
-  local name=${1:?name} port=${2:?ssh port}
+  local name=${1:?name} port=${2:?ssh port} image=${3:-}
+  local src=$BASE
+  if [[ -n $image ]]; then src=$CACHE/images/$image; [[ -f $src/.complete ]] || die "no image $image in $CACHE/images"; fi
   [[ $name =~ ^[a-z0-9][a-z0-9-]{0,30}$ ]] || die "machine name '$name' must match [a-z0-9-]"
   cmd_build
   local dir=$STATE/$name root=$STATE/$name/rootfs
   if [[ -f $dir/leader.pid ]] && kill -0 "$(leader_pid "$name")" 2>/dev/null; then
     log "$name already up (pid $(leader_pid "$name"))"; return
   fi
-  rm -rf "$dir"; mkdir -p "$dir"
-  log "copying base rootfs for $name"
-  cp -a --reflink=auto "$BASE" "$root"
+  cmd_down "$name" 2>/dev/null   # leftovers of an earlier run under this name
+  if ss -Hltn "sport = :$port" | grep -q .; then die "ssh port $port is already in use on this host"; fi
+  mkdir -p "$dir"
+  log "copying ${image:-base} rootfs for $name"
+  cp -a --reflink=auto "$src" "$root"
   echo "$name" >"$root/etc/hostname"
   printf '127.0.0.1 localhost\n127.0.1.1 %s\n' "$name" >"$root/etc/hosts"
   chroot "$root" ssh-keygen -A >/dev/null
+  # Trust what the host trusts (package registries may sit behind a TLS-inspecting proxy).
+  if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    chroot "$root" update-ca-certificates >/dev/null 2>&1
+  fi
   install -d -m 0700 "$root/root/.ssh"
   install -m 0600 "$SSH_KEY.pub" "$root/root/.ssh/authorized_keys"
   printf 'Port %s\nListenAddress 127.0.0.1\nPermitRootLogin prohibit-password\nUseDNS no\n' "$port" \
@@ -111,18 +123,41 @@ ssh_cmd() {
     -o UserKnownHostsFile=/dev/null -o ConnectTimeout=3 -o BatchMode=yes root@127.0.0.1 "$@"
 }
 
+# nspawn processes of machine NAME, found by command line so that leftovers of a
+# crashed run (state dir gone) are found too.
+nspawn_pids() { pgrep -f -- "systemd-nspawn .* -M $1( |\$)" || true; }
+
 cmd_down() {
-  local name=${1:?name} dir=$STATE/$1 leader
-  [[ -d $dir ]] || { log "$name is not up"; return; }
+  local name=${1:?name} dir=$STATE/$1 leader pid
   leader=$(leader_pid "$name" || true)
   if [[ -n $leader ]] && kill -0 "$leader" 2>/dev/null; then
     nsenter -t "$leader" -a systemctl poweroff >/dev/null 2>&1 || true
-    local nspawn; nspawn=$(cat "$dir/nspawn.pid")
-    for _ in $(seq 1 60); do kill -0 "$nspawn" 2>/dev/null || break; sleep 0.5; done
-    kill -0 "$nspawn" 2>/dev/null && { log "$name did not power off; killing"; kill -9 "$nspawn" "$leader" 2>/dev/null || true; sleep 1; }
+    for _ in $(seq 1 60); do [[ -z $(nspawn_pids "$name") ]] && break; sleep 0.5; done
   fi
+  for pid in $(nspawn_pids "$name"); do
+    log "$name did not power off cleanly; killing nspawn $pid and its init"
+    kill -9 $(pgrep -P "$pid") "$pid" 2>/dev/null || true
+  done
+  for _ in $(seq 1 20); do [[ -z $(nspawn_pids "$name") ]] && break; sleep 0.5; done
   rm -rf "$dir"
   log "$name is down"
+}
+
+cmd_save() {
+  local name=${1:?name} image=${2:?image} dir=$STATE/$1
+  [[ -d $dir/rootfs ]] || die "$name is not up"
+  local leader; leader=$(leader_pid "$name" || true)
+  [[ -n $leader ]] && nsenter -t "$leader" -a systemctl poweroff >/dev/null 2>&1 || true
+  for _ in $(seq 1 60); do [[ -z $(nspawn_pids "$name") ]] && break; sleep 0.5; done
+  [[ -z $(nspawn_pids "$name") ]] || die "$name did not power off; not saving a live rootfs"
+  local dest=$CACHE/images/$image
+  rm -rf "$dest" "$dest.tmp"; mkdir -p "$CACHE/images"
+  mv "$dir/rootfs" "$dest.tmp"
+  rm -f "$dest.tmp"/etc/ssh/ssh_host_* "$dest.tmp/root/.ssh/authorized_keys" "$dest.tmp/etc/ssh/sshd_config.d/testbed.conf"
+  : >"$dest.tmp/etc/machine-id"
+  mv "$dest.tmp" "$dest"
+  rm -rf "$dir"
+  log "saved $name as image $image ($(du -sh "$dest" | cut -f1))"
 }
 
 cmd_exec() { local name=${1:?name}; shift; nsenter -t "$(leader_pid "$name")" -a "$@"; }
@@ -139,6 +174,8 @@ case ${1:-} in
   build) cmd_build ;;
   up) shift; cmd_up "$@" ;;
   down) shift; cmd_down "$@" ;;
+  save) shift; cmd_save "$@" ;;
+  has-image) [[ -f $CACHE/images/${2:?image}/.complete ]] ;;
   exec) shift; cmd_exec "$@" ;;
   ssh) shift; ssh_cmd "$@" ;;
   list) cmd_list ;;

@@ -1,0 +1,89 @@
+"""Shared fixtures for integration tests: real systemd test hosts and a real vLLM CPU server.
+
+The `vllm_server` fixture boots an nspawn systemd machine from the cached image that
+roles/vllm_install produced (tools/testbed/vllm-image.sh), copies a tiny model made by
+tools/tinymodels into it and runs `vllm serve` there as a transient systemd unit. The
+machine shares the host's network, so tests reach the server on 127.0.0.1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
+STATE = os.environ.get("TESTBED_STATE", "/var/lib/llmfleet-testbed")
+VLLM_READY_TIMEOUT_S = 420
+
+
+@dataclass
+class VllmServer:
+    base_url: str
+    model: str
+    machine: str
+
+    def machine_exec(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run([TESTBED, "ssh", self.machine, *argv], check=check, capture_output=True, text=True)
+
+
+def _run(*argv: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
+
+
+def _wait_healthy(base_url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(base_url + "/v1/models", timeout=5) as resp:
+                if resp.status == 200 and json.load(resp)["data"]:
+                    return
+        except OSError:
+            pass
+        time.sleep(2)
+    raise TimeoutError(f"vLLM at {base_url} not ready after {timeout_s}s")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> str:
+    """Directory holding the tiny test models (tiny-llama-a, tiny-llama-b), generated locally."""
+    out = tmp_path_factory.mktemp("tiny-models")
+    _run(sys.executable, os.path.join(REPO, "tools", "tinymodels", "make_tiny_models.py"), str(out))
+    return str(out)
+
+
+@pytest.fixture(scope="session")
+def vllm_image() -> str:
+    """Name of the cached test-bed image with vLLM's CPU engine installed by roles/vllm_install."""
+    return _run(os.path.join(REPO, "tools", "testbed", "vllm-image.sh")).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_image: str, tiny_models: str):
+    """A real vLLM CPU server serving tiny-llama-a inside a systemd test host."""
+    machine, ssh_port, http_port, model = "itest-vllm", "2231", 8301, "tiny-llama-a"
+    _run(TESTBED, "up", machine, ssh_port, vllm_image)
+    try:
+        dest = os.path.join(STATE, machine, "rootfs", "srv", "models", model)
+        shutil.copytree(os.path.join(tiny_models, model), dest)
+        _run(TESTBED, "ssh", machine,
+             f"chown -R vllm:vllm /srv/models && systemd-run --unit=itest-vllm --uid=vllm "
+             f"--setenv=VLLM_CPU_KVCACHE_SPACE=1 --setenv=HOME=/var/lib/vllm "
+             f"/opt/vllm/bin/vllm serve /srv/models/{model} --served-model-name {model} "
+             f"--host 127.0.0.1 --port {http_port} --max-model-len 256")
+        server = VllmServer(f"http://127.0.0.1:{http_port}", model, machine)
+        try:
+            _wait_healthy(server.base_url, VLLM_READY_TIMEOUT_S)
+        except TimeoutError:
+            log = server.machine_exec("journalctl", "-u", "itest-vllm", "-n", "60", "--no-pager", check=False).stdout
+            raise TimeoutError(f"vLLM did not become ready; journal tail:\n{log}") from None
+        yield server
+    finally:
+        subprocess.run([TESTBED, "down", machine], check=False, capture_output=True)
