@@ -90,7 +90,6 @@ cmd_up() {
     >"$root/etc/ssh/sshd_config.d/testbed.conf"
   local binds=()
   [[ -d /opt/wheels ]] && binds+=(--bind-ro=/opt/wheels)   # local wheels (torch CPU) where the machine has them
-  mkdir -p "$CACHE/pip"; binds+=(--bind="$CACHE/pip:/root/.cache/pip")
   [[ -n ${TESTBED_EXTRA_BIND:-} ]] && binds+=(--bind="$TESTBED_EXTRA_BIND")
   log "booting $name (ssh 127.0.0.1:$port)"
   SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=0 setsid systemd-nspawn -b -D "$root" --register=no --keep-unit \

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `make demo`: the collection's main job on the embedded default. Boots a local systemd host
+# (nspawn), installs vLLM's CPU engine there with roles/vllm_install, serves two tiny models made
+# here through a local Hugging Face endpoint, and pivots the host from one to the other with
+# playbooks/pivot.yml, printing the pivot records and the benchmark comparison.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+export ANSIBLE_CONFIG=$repo/ansible.cfg PATH=$repo/.venv/bin:$PATH
+hub_port=18080
+host=llm-demo
+step() { printf '\n=== %s\n' "$*"; }
+
+step "Making the tiny models (tiny-llama-a, tiny-llama-b) and serving them on a local HF endpoint :$hub_port"
+tools/localhub/tiny-hub.sh start "$hub_port"
+trap 'tools/localhub/tiny-hub.sh stop "$hub_port"' EXIT
+
+step "Booting the systemd host $host (vLLM CPU engine image built by roles/vllm_install, cached)"
+image=$(tools/testbed/vllm-image.sh)
+tools/testbed/testbed.sh up "$host" 2222 "$image"
+
+step "playbooks/site.yml: vLLM install (idempotent check)"
+ansible-playbook -i inventory/testbed playbooks/site.yml
+
+for model in tiny-llama-a tiny-llama-b; do
+  step "playbooks/pivot.yml -e model=$model"
+  ansible-playbook -i inventory/testbed playbooks/pivot.yml -e model="$model"
+done
+
+step "Pivot records (results/$host/pivots/)"
+cat "results/$host/pivots/"*-latest.json
+report=$(ls -t "results/$host"/reports/*.md 2>/dev/null | head -1 || true)
+if [[ -n $report ]]; then step "Benchmark comparison ($report)"; cat "$report"; fi
+step "Done. $host keeps serving tiny-llama-b on 127.0.0.1:8002; stop it with: tools/testbed/testbed.sh down $host"
