@@ -1,0 +1,32 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters that decide whether a catalog model fits a host: GPUs (fit_check) and disk (disk_plan)."""
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils import fit_check as _fit
+
+
+def fit_check(entry, gpus, tensor_parallel_size=None):
+    """{ok, errors, warnings, ...} for a catalog entry (from catalog_entry) on a host's GPU facts."""
+    if not isinstance(entry, dict) or 'serving' not in entry or 'architecture' not in entry:
+        raise AnsibleFilterError('fit_check expects a catalog entry (use llmfleet.vllm.catalog_entry), got %r' % (entry,))
+    if not isinstance(gpus, dict):
+        raise AnsibleFilterError('fit_check expects GPU facts {gpu_count, gpu_memory_mib, nvlink}, got %r' % (gpus,))
+    return _fit.fit_check(entry, gpus, tensor_parallel_size)
+
+
+def disk_plan(needed, free_bytes, downloaded_bytes=0, candidates=None, protect=None,
+              margin_bytes=_fit.DISK_MARGIN_BYTES, margin_fraction=_fit.DISK_MARGIN_FRACTION):
+    """Disk plan for downloading a model; needed is a catalog entry or a number of bytes."""
+    if isinstance(needed, dict):
+        if needed.get('size_bytes') is None:
+            raise AnsibleFilterError('model %s: size_bytes unknown, cannot plan disk space; set it in llmfleet_models_extra'
+                                     % needed.get('name', '?'))
+        needed = needed['size_bytes']
+    return _fit.disk_plan(needed, free_bytes, downloaded_bytes, candidates, protect, margin_bytes, margin_fraction)
+
+
+class FilterModule:
+    def filters(self):
+        return {'fit_check': fit_check, 'disk_plan': disk_plan}

@@ -1,0 +1,456 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Benchmark records of roles/benchmark and the two-model comparison report.
+
+A *record* is one sweep of one model on one host (JSON, schema ``RECORD_SCHEMA``)::
+
+    {"schema": ..., "host": "gpu1", "model": "minimax-m25", "timestamp": "20261202T142700Z",
+     "time_to_ready_s": 75.0, "levels": [{"concurrency": 1, "output_tok_s": 84.0, "request_s": ...,
+     "ttft_s": {"mean", "p50", "p90", "p99"}, "tpot_s": {...}, "itl_s": {...}, "failed": 0, "errors": {},
+     "power": {"watts_mean", "joules", "joules_per_token"} or null}, ...],
+     "vllm_bench": null or {"levels": [...same keys...], "error": null},
+     "gpu_power": {"available": false, "reason": "..."}, "summary": {...}}
+
+``compare_records`` lines up two records by concurrency (current vs previous; speedup =
+current / previous output tok/s), ``render_markdown`` writes the table and ``plot_png`` the
+tok/s-vs-concurrency figure (matplotlib, imported lazily with the Agg backend: controller only).
+
+Standard library only apart from the plot.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+
+RECORD_SCHEMA = "llmfleet.vllm/benchmark-record/v1"
+STAT_KEYS = ("mean", "p50", "p90", "p99")
+LATENCY_KEYS = ("ttft_s", "tpot_s", "itl_s", "latency_s")
+
+
+class ReportError(Exception):
+    """A record could not be read or a comparison target could not be found."""
+
+
+def slug(name):
+    """File-system safe form of a model name (``org/model`` -> ``org--model``)."""
+    text = re.sub(r"[^A-Za-z0-9._+-]+", "-", str(name).replace("/", "--")).strip("-.")
+    if not text:
+        raise ReportError("model name %r has no usable characters" % (name,))
+    return text
+
+
+def _num(value):
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _stats(d):
+    d = d or {}
+    return dict((k, _num(d.get(k))) for k in STAT_KEYS)
+
+
+# --------------------------------------------------------------------------- levels
+
+
+def level_from_throughput_check(lvl):
+    """Keep what a record needs of one llmfleet.vllm.throughput_check level."""
+    out = {
+        "concurrency": int(lvl["concurrency"]),
+        "requests": int(lvl.get("requests") or 0),
+        "completed": int(lvl.get("completed") or 0),
+        "failed": int(lvl.get("failed") or 0),
+        "error_rate": _num(lvl.get("error_rate")) or 0.0,
+        "errors": dict(lvl.get("errors") or {}),
+        "error_samples": list(lvl.get("error_samples") or [])[:3],
+        "duration_s": _num(lvl.get("duration_s")),
+        "output_tokens": int(lvl.get("output_tokens") or 0),
+        "output_tok_s": _num(lvl.get("output_tok_s")) or 0.0,
+        "request_s": _num(lvl.get("request_s")) or 0.0,
+        "server_output_tok_s": _num(lvl.get("server_output_tok_s")),
+        "metrics_ratio": _num(lvl.get("metrics_ratio")),
+    }
+    for key in LATENCY_KEYS:
+        out[key] = _stats(lvl.get(key))
+    return out
+
+
+def _ms_stats(raw, metric):
+    out = {}
+    for k in STAT_KEYS:
+        name = {"mean": "mean_%s_ms", "p50": "median_%s_ms"}.get(k, k + "_%s_ms") % metric
+        value = _num(raw.get(name))
+        if value is None and k == "p50":
+            value = _num(raw.get("p50_%s_ms" % metric))
+        out[k] = value / 1000.0 if value is not None else None
+    return out
+
+
+def level_from_vllm_bench(raw, concurrency=None):
+    """One ``vllm bench serve --save-result`` JSON -> a record level (times in seconds)."""
+    if not isinstance(raw, dict) or "output_throughput" not in raw:
+        raise ReportError("not a vllm bench serve result (no output_throughput)")
+    conc = raw.get("max_concurrency")
+    if conc is None:
+        conc = concurrency
+    if conc is None:
+        raise ReportError("vllm bench result without max_concurrency")
+    completed = int(raw.get("completed") or 0)
+    num_prompts = raw.get("num_prompts")
+    failed = raw.get("failed")
+    if failed is None:
+        failed = (int(num_prompts) - completed) if num_prompts is not None else 0
+        if not failed and raw.get("errors"):
+            failed = sum(1 for e in raw["errors"] if e)
+    failed = int(failed)
+    requests = completed + failed
+    return {
+        "concurrency": int(conc),
+        "requests": requests,
+        "completed": completed,
+        "failed": failed,
+        "error_rate": (float(failed) / requests) if requests else 0.0,
+        "errors": {"failed": failed} if failed else {},
+        "duration_s": _num(raw.get("duration")),
+        "output_tokens": int(raw.get("total_output_tokens") or 0),
+        "output_tok_s": _num(raw.get("output_throughput")) or 0.0,
+        "request_s": _num(raw.get("request_throughput")) or 0.0,
+        "ttft_s": _ms_stats(raw, "ttft"),
+        "tpot_s": _ms_stats(raw, "tpot"),
+        "itl_s": _ms_stats(raw, "itl"),
+        "latency_s": _ms_stats(raw, "e2el"),
+    }
+
+
+def level_power(samples, t0, t1, duration_s, output_tokens):
+    """Energy of one level from wall-clock samples [[t, total_watts], ...] within [t0, t1].
+
+    Mean power over the window (time-weighted) x the level's measured duration; joules per
+    output token. None when fewer than two samples fall in the window.
+    """
+    window = [(float(t), float(w)) for t, w in samples if t0 <= t <= t1]
+    if len(window) < 2 or window[-1][0] <= window[0][0]:
+        return None
+    joules_window = 0.0
+    for (ta, wa), (tb, wb) in zip(window, window[1:]):
+        joules_window += (tb - ta) * (wa + wb) / 2.0
+    watts_mean = joules_window / (window[-1][0] - window[0][0])
+    duration = duration_s if duration_s else (t1 - t0)
+    joules = watts_mean * duration
+    return {
+        "watts_mean": round(watts_mean, 2),
+        "watts_max": round(max(w for _, w in window), 2),
+        "joules": round(joules, 3),
+        "joules_per_token": round(joules / output_tokens, 6) if output_tokens else None,
+        "samples": len(window),
+    }
+
+
+# --------------------------------------------------------------------------- records
+
+
+def summarize(levels):
+    ok = [lv for lv in levels if lv.get("output_tok_s")]
+    peak = max(ok, key=lambda lv: lv["output_tok_s"]) if ok else None
+    single = [lv for lv in levels if lv["concurrency"] == 1]
+    epts = [lv["power"]["joules_per_token"] for lv in levels
+            if lv.get("power") and lv["power"].get("joules_per_token") is not None]
+    return {
+        "peak_output_tok_s": peak["output_tok_s"] if peak else 0.0,
+        "peak_concurrency": peak["concurrency"] if peak else None,
+        "single_stream_tok_s": single[0]["output_tok_s"] if single else None,
+        "requests": sum(lv.get("requests", 0) for lv in levels),
+        "failed": sum(lv.get("failed", 0) for lv in levels),
+        "min_joules_per_token": min(epts) if epts else None,
+    }
+
+
+def build_record(host, model, timestamp, throughput_results, settings=None, base_url=None,
+                 time_to_ready_s=None, vllm_bench_raw=None, vllm_bench_error=None, power=None,
+                 level_windows=None):
+    """Assemble a record.
+
+    throughput_results -- throughput_check results (each with ``levels``), in sweep order.
+    vllm_bench_raw -- list of (concurrency, parsed JSON) of ``vllm bench serve``; None when not run.
+    power -- {"available": bool, "reason": str, "samples": [[t, watts]], ...}; None when not sampled.
+    level_windows -- {concurrency: (t_start, t_end)} wall-clock windows for the power split.
+    """
+    levels = []
+    for res in throughput_results:
+        for lvl in res.get("levels") or []:
+            levels.append(level_from_throughput_check(lvl))
+    if not levels:
+        raise ReportError("no throughput_check level to record")
+    gpu_power = {"available": False, "reason": "not sampled"}
+    if power is not None:
+        gpu_power = dict((k, v) for k, v in power.items() if k != "samples")
+        gpu_power.setdefault("reason", None)
+    samples = (power or {}).get("samples") or []
+    for lvl in levels:
+        lvl["power"] = None
+        win = (level_windows or {}).get(lvl["concurrency"]) or (level_windows or {}).get(str(lvl["concurrency"]))
+        if gpu_power.get("available") and samples and win:
+            lvl["power"] = level_power(samples, win[0], win[1], lvl["duration_s"], lvl["output_tokens"])
+    bench = None
+    if vllm_bench_raw is not None or vllm_bench_error:
+        blevels = []
+        errors = [vllm_bench_error] if vllm_bench_error else []
+        for conc, raw in vllm_bench_raw or []:
+            try:
+                blevels.append(level_from_vllm_bench(raw, conc))
+            except ReportError as exc:
+                errors.append("concurrency %s: %s" % (conc, exc))
+        bench = {"levels": sorted(blevels, key=lambda lv: lv["concurrency"]),
+                 "error": "; ".join(errors) or None}
+    return {
+        "schema": RECORD_SCHEMA,
+        "host": host,
+        "model": model,
+        "timestamp": timestamp,
+        "base_url": base_url,
+        "time_to_ready_s": _num(time_to_ready_s),
+        "settings": settings or {},
+        "tool": "llmfleet.vllm.throughput_check",
+        "levels": levels,
+        "vllm_bench": bench,
+        "gpu_power": gpu_power,
+        "summary": summarize(levels),
+    }
+
+
+def load_record(path):
+    try:
+        with open(path) as f:
+            rec = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ReportError("cannot read benchmark record %s: %s" % (path, exc))
+    if not isinstance(rec, dict) or rec.get("schema") != RECORD_SCHEMA or not isinstance(rec.get("levels"), list):
+        raise ReportError("%s is not a benchmark record (schema %s)" % (path, RECORD_SCHEMA))
+    rec.setdefault("_path", path)
+    return rec
+
+
+def _records_in(directory, exclude=None):
+    exclude = os.path.realpath(exclude) if exclude else None
+    return sorted(p for p in glob.glob(os.path.join(directory, "*.json"))
+                  if os.path.realpath(p) != exclude)
+
+
+def find_previous(compare_to, results_dir, host, exclude=None):
+    """Path of the record to compare with, or None.
+
+    compare_to -- a record file, a directory of records (newest wins) or a model name, looked up
+    as <results_dir>/<host>/<slug(model)>/ (newest record other than ``exclude``).
+    """
+    if not compare_to:
+        return None
+    if os.path.isfile(compare_to):
+        return compare_to
+    if os.path.isdir(compare_to):
+        found = _records_in(compare_to, exclude)
+        return found[-1] if found else None
+    found = _records_in(os.path.join(results_dir, host, slug(compare_to)), exclude)
+    return found[-1] if found else None
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def _levels_of(rec, source):
+    if rec is None:
+        return {}
+    if source == "vllm_bench":
+        levels = (rec.get("vllm_bench") or {}).get("levels") or []
+    else:
+        levels = rec.get("levels") or []
+    return dict((int(lv["concurrency"]), lv) for lv in levels)
+
+
+def speedup(current, previous):
+    """current / previous, None when either is missing or previous is not positive."""
+    if current is None or previous is None or previous <= 0:
+        return None
+    return current / previous
+
+
+def compare_records(current, previous=None, source="throughput_check"):
+    """Rows by concurrency (union of both sweeps, ascending) plus a summary."""
+    cur, prev = _levels_of(current, source), _levels_of(previous, source)
+    rows = []
+    for conc in sorted(set(cur) | set(prev)):
+        a, b = cur.get(conc), prev.get(conc)
+        row = {"concurrency": conc}
+        for side, lv in (("current", a), ("previous", b)):
+            row[side + "_tok_s"] = lv["output_tok_s"] if lv else None
+            row[side + "_request_s"] = lv["request_s"] if lv else None
+            row[side + "_ttft_p99_s"] = (lv.get("ttft_s") or {}).get("p99") if lv else None
+            row[side + "_tpot_p99_s"] = (lv.get("tpot_s") or {}).get("p99") if lv else None
+            row[side + "_failed"] = lv["failed"] if lv else None
+            row[side + "_requests"] = lv["requests"] if lv else None
+            pw = lv.get("power") if lv else None
+            row[side + "_joules_per_token"] = pw.get("joules_per_token") if pw else None
+        row["speedup"] = speedup(row["current_tok_s"], row["previous_tok_s"])
+        rows.append(row)
+    ratios = [r["speedup"] for r in rows if r["speedup"] is not None]
+
+    def side_info(rec, levels):
+        if rec is None:
+            return None
+        return {
+            "model": rec.get("model"), "host": rec.get("host"), "timestamp": rec.get("timestamp"),
+            "path": rec.get("_path"), "time_to_ready_s": rec.get("time_to_ready_s"),
+            "peak_tok_s": max([lv["output_tok_s"] for lv in levels.values()] or [0.0]),
+            "gpu_power": rec.get("gpu_power") or {"available": False, "reason": "not recorded"},
+            "levels": sorted(levels),
+        }
+
+    return {
+        "source": source,
+        "current": side_info(current, cur),
+        "previous": side_info(previous, prev),
+        "rows": rows,
+        "speedup_min": min(ratios) if ratios else None,
+        "speedup_max": max(ratios) if ratios else None,
+        "only_current": sorted(set(cur) - set(prev)) if previous is not None else [],
+        "only_previous": sorted(set(prev) - set(cur)),
+    }
+
+
+def _f(value, fmt="%.1f", none="—"):
+    return none if value is None else fmt % value
+
+
+def _ms(seconds):
+    if seconds is None:
+        return "—"
+    if seconds >= 10:
+        return "%.1f s" % seconds
+    return "%.0f ms" % (seconds * 1000.0) if seconds >= 0.1 else "%.1f ms" % (seconds * 1000.0)
+
+
+def _errors(failed, requests):
+    if failed is None:
+        return "—"
+    return "%d/%d" % (failed, requests or 0)
+
+
+def _ready(seconds):
+    if seconds is None:
+        return "not recorded"
+    if seconds >= 120:
+        return "%.0f s (%.1f min)" % (seconds, seconds / 60.0)
+    return "%.0f s" % seconds
+
+
+def render_markdown(cmp, title=None, plot_name=None):
+    """The comparison as Markdown (table per concurrency + summary)."""
+    cur, prev = cmp["current"], cmp["previous"]
+    a = cur["model"]
+    b = prev["model"] if prev else None
+    if prev and a == b:  # same model, two runs: tell them apart by time
+        a, b = "%s @%s" % (a, cur["timestamp"]), "%s @%s" % (b, prev["timestamp"])
+    lines = ["# " + (title or ("%s vs %s on %s" % (a, b, cur["host"]) if prev else "%s on %s" % (a, cur["host"]))), ""]
+    lines.append("Source: `%s`; current run %s%s." % (
+        "vllm bench serve" if cmp["source"] == "vllm_bench" else "llmfleet.vllm.throughput_check",
+        cur["timestamp"], ("; previous run %s (%s)" % (prev["timestamp"], prev["host"])) if prev else ""))
+    lines.append("")
+    if prev:
+        lines.append("| Concurrency | %s tok/s | %s tok/s | Speedup | %s TTFT p99 | %s TTFT p99 | %s errors | %s errors |"
+                     % (a, b, a, b, a, b))
+        lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in cmp["rows"]:
+            lines.append("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
+                r["concurrency"], _f(r["current_tok_s"]), _f(r["previous_tok_s"]),
+                _f(r["speedup"], "%.2f×"), _ms(r["current_ttft_p99_s"]), _ms(r["previous_ttft_p99_s"]),
+                _errors(r["current_failed"], r["current_requests"]),
+                _errors(r["previous_failed"], r["previous_requests"])))
+    else:
+        lines.append("| Concurrency | %s tok/s | req/s | TTFT p99 | TPOT p99 | Errors |" % a)
+        lines.append("|---:|---:|---:|---:|---:|:---:|")
+        for r in cmp["rows"]:
+            lines.append("| %d | %s | %s | %s | %s | %s |" % (
+                r["concurrency"], _f(r["current_tok_s"]), _f(r["current_request_s"], "%.2f"),
+                _ms(r["current_ttft_p99_s"]), _ms(r["current_tpot_p99_s"]),
+                _errors(r["current_failed"], r["current_requests"])))
+    lines.append("")
+    lines.append("| | %s | %s |" % (a, b if prev else "—"))
+    lines.append("|---|---:|---:|")
+    lines.append("| Peak output tok/s | %s | %s |" % (_f(cur["peak_tok_s"]), _f(prev["peak_tok_s"]) if prev else "—"))
+    lines.append("| Time to ready | %s | %s |" % (_ready(cur["time_to_ready_s"]),
+                                                 _ready(prev["time_to_ready_s"]) if prev else "—"))
+
+    def energy(side, key):
+        gp = side["gpu_power"]
+        if not gp.get("available"):
+            return "n/a (%s)" % (gp.get("reason") or "no GPU power data")
+        vals = [r[key] for r in cmp["rows"] if r[key] is not None]
+        return "%.3f J/token (best), %s W mean" % (min(vals), _f(gp.get("watts_mean"), "%.0f")) if vals else "n/a"
+
+    lines.append("| GPU energy | %s | %s |" % (energy(cur, "current_joules_per_token"),
+                                              energy(prev, "previous_joules_per_token") if prev else "—"))
+    lines.append("")
+    if prev:
+        if cmp["speedup_min"] is not None:
+            lines.append("Speedup (%s over %s, output tok/s): %.2f× to %.2f×." % (
+                cur["model"], prev["model"], cmp["speedup_min"], cmp["speedup_max"]))
+        else:
+            lines.append("No concurrency level was measured for both models: no speedup.")
+        if cmp["only_current"]:
+            lines.append("Only measured for %s: concurrency %s." % (cur["model"], ", ".join(map(str, cmp["only_current"]))))
+        if cmp["only_previous"]:
+            lines.append("Only measured for %s: concurrency %s." % (prev["model"], ", ".join(map(str, cmp["only_previous"]))))
+    else:
+        lines.append("No previous result to compare with.")
+    if plot_name:
+        lines += ["", "![output tok/s vs concurrency](%s)" % plot_name]
+    return "\n".join(lines) + "\n"
+
+
+def plot_png(cmp, path, title=None):
+    """Write the tok/s (and TTFT p99) vs concurrency figure as PNG. Controller only (matplotlib)."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    cur, prev = cmp["current"], cmp["previous"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
+    try:
+        series = [("current", cur, "o-", "tab:blue")]
+        if prev:
+            series.append(("previous", prev, "s--", "tab:orange"))
+        same = prev is not None and prev["model"] == cur["model"]
+        for side, info, style, color in series:
+            label = info["model"] + (" @" + str(info["timestamp"]) if same else "")
+            pts = [(r["concurrency"], r[side + "_tok_s"]) for r in cmp["rows"] if r[side + "_tok_s"] is not None]
+            if pts:
+                ax1.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, label=label)
+            pts = [(r["concurrency"], r[side + "_ttft_p99_s"]) for r in cmp["rows"]
+                   if r[side + "_ttft_p99_s"] is not None]
+            if pts:
+                ax2.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, label=label)
+        for ax in (ax1, ax2):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("concurrency")
+            ax.grid(True, which="both", alpha=0.3)
+            concs = [r["concurrency"] for r in cmp["rows"]]
+            if concs:
+                ax.set_xticks(concs)
+                ax.set_xticklabels([str(c) for c in concs])
+            ax.legend(loc="best", fontsize="small")
+        ax1.set_ylabel("output tokens/s")
+        ax1.set_ylim(bottom=0)
+        ax1.set_title("Output throughput")
+        ax2.set_ylabel("TTFT p99 (s)")
+        ax2.set_title("Time to first token, p99")
+        fig.suptitle(title or ("%s vs %s" % (cur["model"], prev["model"]) if prev else cur["model"]))
+        fig.tight_layout()
+        fig.savefig(path, format="png")
+    finally:
+        plt.close(fig)
+    return path

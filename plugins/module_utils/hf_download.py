@@ -1,0 +1,235 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Planning helpers of llmfleet.vllm.hf_snapshot: what is missing locally, disk space, progress.
+
+Stdlib only (the module imports huggingface_hub itself), so everything here is unit-testable
+without a hub. Sizes are the hub's real file sizes, taken from a manifest built by
+``model_manifest.manifest_from_siblings``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+import threading
+import time
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils.fit_check import disk_plan
+
+GB = 1000 ** 3
+# huggingface_hub keeps its local_dir bookkeeping (and in-flight *.incomplete files) here.
+HF_LOCAL_CACHE = os.path.join(".cache", "huggingface")
+PROGRESS_RELPATH = os.path.join(".cache", "llmfleet", "progress.json")
+
+
+def gb(nbytes):
+    return "%.3f GB" % (nbytes / GB)
+
+
+def local_state(local_dir, manifest):
+    """Split the manifest's files into complete (right size on disk) and to_download.
+
+    A file whose size differs from the hub's is listed in ``to_download`` with ``present: true``:
+    it is re-fetched whole, so the planner counts its full size.
+    """
+    complete, to_download = [], []
+    for entry in manifest["files"]:
+        full = os.path.join(local_dir, entry["path"])
+        try:
+            size = os.stat(full).st_size if os.path.isfile(full) else None
+        except OSError:
+            size = None
+        if size == entry["size"]:
+            complete.append(entry["path"])
+        else:
+            to_download.append({"path": entry["path"], "size": entry["size"], "present": size is not None,
+                                "local_size": size})
+    return complete, to_download
+
+
+def dir_usage(path):
+    """Bytes allocated under path (st_blocks, symlinks not followed) and number of files."""
+    total, count = 0, 0
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            total += st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
+            count += 1
+    return total, count
+
+
+def prune_candidates(models_root, exclude):
+    """[{path, size_bytes, mtime}] of the directories directly under models_root, oldest first.
+
+    ``exclude`` (the download target) is never listed. Only reported: nothing is ever deleted here.
+    """
+    found = []
+    exclude = os.path.realpath(exclude) if exclude else None
+    try:
+        names = sorted(os.listdir(models_root))
+    except OSError:
+        return found
+    for name in names:
+        path = os.path.join(models_root, name)
+        if not os.path.isdir(path) or os.path.islink(path) or os.path.realpath(path) == exclude:
+            continue
+        size, _count = dir_usage(path)
+        found.append({"path": path, "size_bytes": size, "mtime": int(os.stat(path).st_mtime)})
+    found.sort(key=lambda c: (c["mtime"], c["path"]))
+    return found
+
+
+def existing_ancestor(path):
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def free_bytes(path):
+    st = os.statvfs(existing_ancestor(path))
+    return st.f_bavail * st.f_frsize
+
+
+def space_check(local_dir, models_root, to_download_bytes, margin_bytes, free=None):
+    """{ok, free_bytes, required_bytes, missing_bytes, prune_suggested, candidates, msg} for a download."""
+    free = free_bytes(local_dir) if free is None else free
+    candidates = prune_candidates(models_root, local_dir) if models_root else []
+    plan = disk_plan(to_download_bytes, free, 0, [{"path": c["path"], "size_bytes": c["size_bytes"]} for c in candidates],
+                     [local_dir], margin_bytes, 0.0)
+    required = to_download_bytes + margin_bytes
+    missing = max(required - free, 0)
+    result = {
+        "ok": missing == 0,
+        "free_bytes": free,
+        "to_download_bytes": to_download_bytes,
+        "margin_bytes": margin_bytes,
+        "required_bytes": required,
+        "missing_bytes": missing,
+        "missing_gb": round(missing / GB, 2),
+        "candidates": candidates,
+        "prune_suggested": plan.get("prune", []),
+        "ok_after_prune": plan.get("ok_after_prune", False),
+    }
+    if missing:
+        listed = ", ".join("%s (%s)" % (c["path"], gb(c["size_bytes"])) for c in candidates) or "none"
+        result["msg"] = (
+            "not enough disk space for %s: %s missing on the filesystem of %s (need %s = %s to download + %s margin,"
+            " %s free). Nothing was changed. Model dirs under %s that could be pruned (oldest first): %s.%s"
+            % (local_dir, gb(missing), existing_ancestor(local_dir), gb(required), gb(to_download_bytes),
+               gb(margin_bytes), gb(free), models_root, listed,
+               (" Pruning %s would be enough." % ", ".join(plan["prune"])) if plan.get("prune") and plan.get("ok_after_prune")
+               else " Pruning all of them would not be enough." if candidates else ""))
+    return result
+
+
+def manifests_equal(a, b):
+    """Same repo, revision and file list (path, size, hashes), whatever the order."""
+    if not a or not b:
+        return False
+
+    def key(m):
+        return (m.get("repo_id"), m.get("revision"),
+                sorted((f["path"], f["size"], f.get("sha256"), f.get("git_sha1")) for f in m["files"]))
+    return key(a) == key(b)
+
+
+def incomplete_bytes(local_dir):
+    """Bytes of huggingface_hub's in-flight *.incomplete files under local_dir/.cache/huggingface."""
+    total = 0
+    for root, _dirs, names in os.walk(os.path.join(local_dir, HF_LOCAL_CACHE)):
+        for name in names:
+            if name.endswith(".incomplete"):
+                try:
+                    total += os.stat(os.path.join(root, name)).st_size
+                except OSError:
+                    pass
+    return total
+
+
+def read_token_file(path):
+    """The token in path; refuses files readable or writable by group/others (must be 0600 or stricter)."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError("token_file %s is not a regular file" % path)
+    if st.st_mode & 0o077:
+        raise ValueError("token_file %s has mode %04o; it must not be accessible by group or others (use 0600)"
+                         % (path, stat.S_IMODE(st.st_mode)))
+    with open(path, encoding="utf-8") as handle:
+        token = handle.read().strip()
+    if not token:
+        raise ValueError("token_file %s is empty" % path)
+    return token
+
+
+class ProgressWriter:
+    """Writes {state, bytes_done, bytes_total, files_done, files_total, ...} to a JSON file every interval seconds.
+
+    bytes_done counts files of the plan that reached their full size plus bytes of in-flight
+    *.incomplete files, so it moves while a big shard streams in.
+    """
+
+    def __init__(self, path, local_dir, planned, interval=5.0):
+        self.path, self.local_dir, self.planned, self.interval = path, local_dir, planned, interval
+        self.bytes_total = sum(f["size"] for f in planned)
+        self.started = time.time()
+        self._stop = threading.Event()
+        self._thread = None
+
+    def snapshot(self, state="downloading"):
+        done_bytes, done_files = 0, 0
+        for entry in self.planned:
+            try:
+                size = os.stat(os.path.join(self.local_dir, entry["path"])).st_size
+            except OSError:
+                continue
+            if size == entry["size"]:
+                done_bytes += size
+                done_files += 1
+        done_bytes = min(done_bytes + incomplete_bytes(self.local_dir), self.bytes_total)
+        elapsed = max(time.time() - self.started, 1e-6)
+        return {"state": state, "bytes_done": done_bytes, "bytes_total": self.bytes_total,
+                "files_done": done_files, "files_total": len(self.planned),
+                "percent": round(100.0 * done_bytes / self.bytes_total, 1) if self.bytes_total else 100.0,
+                "seconds": round(elapsed, 1), "mb_per_s": round(done_bytes / 1e6 / elapsed, 2),
+                "updated": int(time.time())}
+
+    def write(self, state="downloading"):
+        data = self.snapshot(state)
+        directory = os.path.dirname(self.path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".progress-", dir=directory)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.path)
+        return data
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            try:
+                self.write()
+            except OSError:
+                pass
+
+    def start(self):
+        self.write("starting")
+        self._thread = threading.Thread(target=self._run, name="hf-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, state):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            return self.write(state)
+        except OSError:
+            return None

@@ -1,0 +1,101 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Serving profile -> `vllm serve` argv, and the quoting systemd needs for ExecStart= and EnvironmentFile=."""
+from __future__ import annotations
+
+import re
+
+# (serving key, how it is rendered), in command-line order. 'value': --flag VALUE (lists: --flag V1 V2,
+# vLLM's nargs='+'); 'flag': --flag when true, nothing when false; 'switch': --flag / --no-flag.
+SERVE_OPTIONS = (
+    ('served_model_name', 'value'),
+    ('tensor_parallel_size', 'value'),
+    ('pipeline_parallel_size', 'value'),
+    ('data_parallel_size', 'value'),
+    ('enable_expert_parallel', 'flag'),
+    ('gpu_memory_utilization', 'value'),
+    ('max_model_len', 'value'),
+    ('max_num_seqs', 'value'),
+    ('max_num_batched_tokens', 'value'),
+    ('kv_cache_dtype', 'value'),
+    ('dtype', 'value'),
+    ('tokenizer', 'value'),
+    ('hf_config_path', 'value'),
+    ('trust_remote_code', 'flag'),
+    ('enforce_eager', 'flag'),
+    ('enable_prefix_caching', 'switch'),
+)
+NOT_ARGS = ('extra_args', 'environment')
+# Secrets travel in the environment (VLLM_API_KEY), never on the command line where ps and the unit show them.
+FORBIDDEN_ARGS = ('--api-key',)
+
+_SAFE_TOKEN = re.compile(r'^[A-Za-z0-9_@+=:,./-]+$')
+
+
+def serve_args(serving):
+    """Return the `vllm serve` arguments (after the model path) for a serving profile, as a list of strings."""
+    if not isinstance(serving, dict):
+        raise ValueError('serving must be a mapping, got %s' % type(serving).__name__)
+    known = {key for key, _kind in SERVE_OPTIONS} | set(NOT_ARGS)
+    unknown = sorted(set(serving) - known)
+    if unknown:
+        raise ValueError('unknown serving option(s) %s (allowed: %s)' % (', '.join(unknown), ', '.join(sorted(known))))
+    args = []
+    for key, kind in SERVE_OPTIONS:
+        value = serving.get(key)
+        flag = '--' + key.replace('_', '-')
+        if value is None:
+            continue
+        if kind == 'value':
+            args.append(flag)
+            args.extend(_text(v) for v in (value if isinstance(value, list) else [value]))
+        elif kind == 'flag' and value:
+            args.append(flag)
+        elif kind == 'switch':
+            args.append(flag if value else '--no-' + flag[2:])
+    extra = [_text(v) for v in serving.get('extra_args') or []]
+    for token in extra:
+        if token.split('=', 1)[0] in FORBIDDEN_ARGS:
+            raise ValueError('%s must not be passed on the command line: set the API key through the environment'
+                             ' (VLLM_API_KEY, service_deploy_api_key)' % token.split('=', 1)[0])
+    return args + extra
+
+
+def _text(value):
+    if isinstance(value, bool):
+        return 'true' if value else 'false'
+    return str(value)
+
+
+def systemd_quote(token):
+    """Quote one argv token for ExecStart= ('%' and '$' are doubled since systemd expands them even inside quotes)."""
+    token = _text(token).replace('%', '%%').replace('$', '$$')
+    if _SAFE_TOKEN.match(token):
+        return token
+    escaped = token.replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n').replace('\t', '\\t')
+    return '"%s"' % escaped
+
+
+def systemd_command_line(argv, option_per_line=False):
+    """Join argv for ExecStart=; with option_per_line every --option starts a continued line (readable diffs)."""
+    lines = [[]]
+    for token in argv:
+        token = _text(token)
+        if option_per_line and token.startswith('--') and lines[-1]:
+            lines.append([])
+        lines[-1].append(systemd_quote(token))
+    return ' \\\n    '.join(' '.join(line) for line in lines)
+
+
+def env_file(environment):
+    """Render an EnvironmentFile= body: one KEY="value" per line, sorted; null values are left out, booleans are 1/0."""
+    lines = []
+    for key in sorted(environment):
+        value = environment[key]
+        if value is None:
+            continue
+        if not isinstance(key, str) or not re.match(r'^[A-Za-z_][A-Za-z0-9_]*$', key):
+            raise ValueError('environment variable name %r must match [A-Za-z_][A-Za-z0-9_]*' % (key,))
+        text = ('1' if value else '0') if isinstance(value, bool) else str(value)
+        text = text.replace('\\', '\\\\').replace('"', '\\"').replace('$', '\\$').replace('`', '\\`')
+        lines.append('%s="%s"\n' % (key, text))
+    return ''.join(lines)

@@ -1,0 +1,304 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""roles/benchmark through real ansible-playbook runs.
+
+* Against tests/fixtures/token_stream_server.py (a TEST FIXTURE stand-in server, its own process,
+  with a fixed per-token delay and fault injection), on localhost: fast, deterministic speed ratios.
+* Against a real vLLM OpenAI server (CPU engine, tiny-llama-a) inside a systemd test host (the
+  ``vllm_server`` fixture), over SSH: the record lands in the machine and on the controller, and a
+  second run is compared with the first.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURE_SERVER = os.path.join(REPO, "tests", "fixtures", "token_stream_server.py")
+TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
+STATE = os.environ.get("TESTBED_STATE", "/var/lib/llmfleet-testbed")
+PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+TARGET_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+RECORD_KEYS = {"schema", "host", "model", "timestamp", "base_url", "time_to_ready_s", "settings", "tool", "levels",
+               "vllm_bench", "gpu_power", "summary"}
+LEVEL_KEYS = {"concurrency", "requests", "completed", "failed", "error_rate", "errors", "output_tok_s", "request_s",
+              "ttft_s", "tpot_s", "itl_s", "latency_s", "duration_s", "output_tokens", "power"}
+
+
+class FixtureServer(object):
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([sys.executable, FIXTURE_SERVER, "--port", "0"] + [str(a) for a in args],
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("READY "):
+            self.proc.kill()
+            raise RuntimeError("fixture server did not start: %r" % line)
+        self.base_url = "http://127.0.0.1:%d" % int(line.split()[1])
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture
+def stream_server():
+    servers = []
+
+    def start(*args):
+        servers.append(FixtureServer(*args))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def _play(role_vars, out, host_vars):
+    facts = ("{{ {'ok': true, 'result': benchmark_result | default(none), "
+             "'path': benchmark_result_path | default(none), "
+             "'controller_path': benchmark_result_controller_path | default(none), "
+             "'report': benchmark_report_path | default(none), 'plot': benchmark_report_plot_path | default(none), "
+             "'markdown': benchmark_report_markdown | default(none), "
+             "'previous': benchmark_report_previous_path | default(none)} | to_json }}")
+    local = {"ansible_python_interpreter": sys.executable}
+    return {
+        "name": "benchmark role",
+        "hosts": "all",
+        "gather_facts": False,
+        "vars": dict({"ansible_python_interpreter": TARGET_PYTHON}, **(host_vars or {})),
+        "tasks": [{
+            "block": [
+                {"name": "Benchmark", "ansible.builtin.include_role": {"name": "llmfleet.vllm.benchmark"},
+                 "vars": role_vars},
+                {"name": "Save facts", "ansible.builtin.copy": {"content": facts, "dest": str(out), "mode": "0644"},
+                 "delegate_to": "localhost", "check_mode": False, "vars": local},
+            ],
+            "rescue": [
+                {"name": "Save failure", "ansible.builtin.copy": {
+                    "content": "{{ {'ok': false, 'msg': ansible_failed_result.msg | default(''), "
+                               "'task': ansible_failed_task.name | default('')} | to_json }}",
+                    "dest": str(out), "mode": "0644"},
+                 "delegate_to": "localhost", "check_mode": False, "vars": local},
+            ],
+        }],
+    }
+
+
+def run_plays(tmp_path, cases, inventory="localhost,", host_vars=None, check=False, timeout=600):
+    """One playbook, one play per role_vars in cases; returns (rc, [outcome dict], output).
+
+    outcome: ok (bool) and msg on failure, else the role's published facts.
+    """
+    n = len(list(tmp_path.glob("outcome-*.json")))
+    outs = [tmp_path / ("outcome-%d.json" % (n + i)) for i in range(len(cases))]
+    pb = tmp_path / ("play-%d.json" % n)
+    pb.write_text(json.dumps([_play(v, o, host_vars) for v, o in zip(cases, outs)]))
+    cmd = [PLAYBOOK_BIN, "-i", inventory, str(pb)]
+    if inventory == "localhost,":
+        cmd += ["-c", "local"]
+    if check:
+        cmd.append("--check")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_HOST_KEY_CHECKING="false")
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, [json.loads(o.read_text()) if o.exists() else None for o in outs], p.stdout + p.stderr
+
+
+def run_role(tmp_path, role_vars, **kw):
+    rc, outcomes, out = run_plays(tmp_path, [role_vars], **kw)
+    return rc, outcomes[0], out
+
+
+def base_vars(tmp_path, url, **kw):
+    v = {"benchmark_base_url": url, "benchmark_concurrency": [1, 4], "benchmark_requests_per_level": 8,
+         "benchmark_max_tokens": 16, "benchmark_prompt_tokens": 16, "benchmark_warmup_requests": 1,
+         "benchmark_results_dir": str(tmp_path / "host-results"),
+         "benchmark_controller_results_dir": str(tmp_path / "results"),
+         "benchmark_request_timeout_s": 60}
+    v.update(kw)
+    return v
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+def check_record(rec, model, concurrency):
+    assert RECORD_KEYS <= set(rec)
+    assert rec["model"] == model
+    assert [lv["concurrency"] for lv in rec["levels"]] == concurrency
+    for lv in rec["levels"]:
+        assert LEVEL_KEYS <= set(lv)
+        assert lv["output_tok_s"] > 0 and lv["request_s"] > 0
+        assert lv["completed"] == lv["requests"] and lv["failed"] == 0
+        for key in ("ttft_s", "tpot_s", "itl_s"):
+            assert set(lv[key]) == {"mean", "p50", "p90", "p99"}
+            assert 0 < lv[key]["p50"] <= lv[key]["p99"]
+    # no GPU on the test hosts: said so, not invented
+    assert rec["gpu_power"]["available"] is False and rec["gpu_power"]["reason"]
+    assert all(lv["power"] is None for lv in rec["levels"])
+
+
+# ----------------------------------------------------------------------------- fixture server (fast)
+
+
+def test_two_models_compared(stream_server, tmp_path):
+    slow = stream_server("--model-name", "model-old", "--token-delay", "0.004")
+    fast = stream_server("--model-name", "model-new", "--token-delay", "0.001")
+    rc, old, out = run_role(tmp_path, base_vars(tmp_path, slow.base_url, benchmark_time_to_ready_s=780.0))
+    assert rc == 0 and old["ok"], out
+    check_record(old["result"], "model-old", [1, 4])
+    assert old["result"]["time_to_ready_s"] == 780.0
+    assert "No previous result to compare with." in old["markdown"]
+    host_file = tmp_path / "host-results" / "model-old" / (old["result"]["timestamp"] + ".json")
+    assert old["path"] == str(host_file) and host_file.is_file()
+    assert old["controller_path"] == str(tmp_path / "results" / "localhost" / "model-old" / host_file.name)
+    assert json.loads(open(old["controller_path"]).read()) == json.loads(host_file.read_text())
+    assert not list((tmp_path / "host-results").glob(".run-*")), "run directory left behind"
+
+    rc, new, out = run_role(tmp_path, base_vars(tmp_path, fast.base_url + "/v1/", benchmark_compare_to="model-old",
+                                                benchmark_time_to_ready_s=75.0))
+    assert rc == 0 and new["ok"], out
+    assert new["previous"] == old["controller_path"]
+    md = new["markdown"]
+    assert "# model-new vs model-old on localhost" in md
+    assert "| Concurrency | model-new tok/s | model-old tok/s | Speedup |" in md
+    assert "| Time to ready | 75 s | 780 s (13.0 min) |" in md
+    rows = [line for line in md.splitlines() if line.startswith("| 1 |") or line.startswith("| 4 |")]
+    assert len(rows) == 2
+    for row in rows:
+        ratio = float(row.split("|")[4].strip().rstrip("×"))
+        assert 1.5 < ratio < 6, row          # ~4x less delay per token
+    assert open(new["report"]).read() == md
+    assert os.path.basename(new["plot"]) in md
+    assert png_size(new["plot"]) == (1100, 420)
+    assert os.path.dirname(new["report"]) == str(tmp_path / "results" / "reports" / "localhost")
+
+
+def test_error_rate_over_limit_fails_after_storing(stream_server, tmp_path):
+    srv = stream_server("--fail-every", "3")
+    rc, res, out = run_role(tmp_path, base_vars(tmp_path, srv.base_url, benchmark_max_error_rate=0.1,
+                                                benchmark_report=False))
+    assert res and res["ok"] is False, out
+    assert "error rate above benchmark_max_error_rate 0.1" in res["msg"]
+    assert "http_500" in res["msg"]
+    stored = list((tmp_path / "results" / "localhost" / "fixture-model").glob("*.json"))
+    assert len(stored) == 1
+    rec = json.loads(stored[0].read_text())
+    assert sum(lv["failed"] for lv in rec["levels"]) > 0
+
+
+def test_endpoint_down_is_a_clear_failure(tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    rc, res, out = run_role(tmp_path, base_vars(tmp_path, "http://127.0.0.1:%d" % port))
+    assert res and res["ok"] is False, out
+    assert "the endpoint http://127.0.0.1:%d/v1/models is not serving" % port in res["msg"]
+    assert not (tmp_path / "results").exists()
+
+
+def test_unknown_model_named(stream_server, tmp_path):
+    srv = stream_server()
+    rc, res, out = run_role(tmp_path, base_vars(tmp_path, srv.base_url, benchmark_model="nope"))
+    assert res and res["ok"] is False, out
+    assert "benchmark_model nope is not served" in res["msg"] and "fixture-model" in res["msg"]
+
+
+BAD_VARIABLES = [
+    ({"benchmark_concurrency": []}, "benchmark_concurrency must be a non-empty list"),
+    ({"benchmark_concurrency": [1, -4]}, "benchmark_concurrency must hold distinct positive integers"),
+    ({"benchmark_concurrency": [0]}, "benchmark_concurrency must hold distinct positive integers"),
+    ({"benchmark_concurrency": [2, 2]}, "benchmark_concurrency must hold distinct positive integers"),
+    ({"benchmark_concurrency": ["x"]}, "benchmark_concurrency"),
+    ({"benchmark_max_tokens": 0}, "benchmark_max_tokens must be >= 1, got 0"),
+    ({"benchmark_max_error_rate": 2}, "benchmark_max_error_rate must be between 0 and 1, got 2"),
+    ({"benchmark_requests_per_level": -1}, "benchmark_requests_per_level must be >= 0, got -1"),
+    ({"benchmark_base_url": "127.0.0.1:8000"}, "benchmark_base_url must be an http(s) URL"),
+]
+
+
+def test_bad_variables_are_named(tmp_path):
+    # all cases in one playbook (one play each): a failing case must not hide the next one
+    rc, outcomes, out = run_plays(tmp_path, [base_vars(tmp_path, "http://127.0.0.1:9", **o) for o, _ in BAD_VARIABLES])
+    for (overrides, needle), res in zip(BAD_VARIABLES, outcomes):
+        assert res and res["ok"] is False, (overrides, out)
+        assert needle in res["msg"], (overrides, res["msg"])
+    assert not (tmp_path / "results").exists()
+
+
+def test_check_mode_sends_nothing_writes_nothing(stream_server, tmp_path):
+    srv = stream_server()
+    rc, res, out = run_role(tmp_path, base_vars(tmp_path, srv.base_url), check=True)
+    assert rc == 0 and res["ok"], out
+    assert "would send 2 levels of load (1, 4) to fixture-model" in out
+    assert not (tmp_path / "results").exists() and not (tmp_path / "host-results").exists()
+    metrics = subprocess.run(["curl", "-s", srv.base_url + "/metrics"], capture_output=True, text=True).stdout
+    assert "fixture_posts_total 0" in metrics
+
+
+# ----------------------------------------------------------------------------- real vLLM (CPU) in a test host
+
+
+@pytest.fixture(scope="module")
+def machine_inventory(vllm_server, tmp_path_factory):
+    key = subprocess.run([TESTBED, "key"], check=True, capture_output=True, text=True).stdout.strip()
+    inv = tmp_path_factory.mktemp("inv") / "hosts.yml"
+    port = {"itest-vllm": 2231}[vllm_server.machine]
+    inv.write_text(json.dumps({"all": {"hosts": {vllm_server.machine: {
+        "ansible_host": "127.0.0.1", "ansible_port": port, "ansible_user": "root",
+        "ansible_ssh_private_key_file": key,
+        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}}}}))
+    return str(inv)
+
+
+def test_real_vllm_sweep_store_fetch_and_compare(vllm_server, machine_inventory, tmp_path):
+    host = vllm_server.machine
+    rootfs = os.path.join(STATE, host, "rootfs")
+    common = dict(base_vars(tmp_path, vllm_server.base_url), benchmark_concurrency=[1, 4, 16],
+                  benchmark_results_dir="/var/lib/llmfleet/results", benchmark_time_to_ready_s=93.5)
+    rc, first, out = run_role(tmp_path, common, inventory=machine_inventory)
+    assert rc == 0 and first["ok"], out
+    rec = first["result"]
+    check_record(rec, vllm_server.model, [1, 4, 16])
+    for lv in rec["levels"]:
+        assert lv["output_tokens"] == lv["completed"] * 16       # ignore_eos: every request gives max_tokens
+        assert lv["metrics_ratio"] == pytest.approx(1.0, abs=0.02)  # vLLM's own counter agrees
+    on_host = rootfs + first["path"]
+    assert first["path"] == "/var/lib/llmfleet/results/tiny-llama-a/%s.json" % rec["timestamp"]
+    assert json.loads(open(on_host).read()) == json.loads(open(first["controller_path"]).read())
+    assert first["controller_path"].startswith(str(tmp_path / "results" / host / "tiny-llama-a"))
+
+    # a second run of the same model, compared with the first (and vllm bench serve beside it)
+    rc, second, out = run_role(tmp_path, dict(common, benchmark_compare_to=vllm_server.model,
+                                              benchmark_use_vllm_bench=True), inventory=machine_inventory)
+    assert rc == 0 and second["ok"], out
+    assert second["previous"] == first["controller_path"]
+    md = second["markdown"]
+    assert "| Concurrency | tiny-llama-a @%s tok/s | tiny-llama-a @%s tok/s |" % (
+        second["result"]["timestamp"], rec["timestamp"]) in md
+    for conc in (1, 4, 16):
+        assert any(line.startswith("| %d | " % conc) and "×" in line for line in md.splitlines()), md
+    assert "| Time to ready | 94 s | 94 s |" in md or "| Time to ready | 93 s | 93 s |" in md
+    png_size(second["plot"])
+    assert os.path.getsize(second["plot"]) > 10000
+    bench = second["result"]["vllm_bench"]
+    assert bench is not None
+    if bench["levels"]:
+        assert [lv["concurrency"] for lv in bench["levels"]] == [1, 4, 16], bench
+        assert all(lv["output_tok_s"] > 0 and lv["completed"] == 8 for lv in bench["levels"])
+    else:
+        assert "vllm bench" in (bench["error"] or ""), bench
+    assert not [d for d in os.listdir(rootfs + "/var/lib/llmfleet/results") if d.startswith(".run-")]

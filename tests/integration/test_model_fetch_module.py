@@ -1,0 +1,141 @@
+"""llmfleet.vllm.hf_snapshot run by real ansible (connection local) against the local hub fixture.
+
+Fast cases that need no test host: the module runs under this repo's .venv python, which has the
+same pinned huggingface_hub the role installs on targets.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools", "localhub"))
+# pylint: disable=wrong-import-position
+from server import LocalHub  # noqa: E402
+
+PLAYBOOK_BIN = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
+PYTHON = os.path.join(REPO, ".venv", "bin", "python")
+REPO_A = "llmfleet-test/tiny-llama-a"
+SHARD1 = "model-00001-of-00004.safetensors"
+
+
+@pytest.fixture(scope="module")
+def hub(tiny_models, tmp_path_factory):
+    root = tmp_path_factory.mktemp("hub")
+    shutil.copytree(os.path.join(tiny_models, "tiny-llama-a"), root / "llmfleet-test" / "tiny-llama-a")
+    with LocalHub(str(root)) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def reset(hub):
+    hub.set_faults({})
+    hub.clear_requests()
+
+
+PLAYBOOK = """
+- name: Run hf_snapshot
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:
+    ansible_python_interpreter: %s
+  tasks:
+    - name: Snapshot
+      llmfleet.vllm.hf_snapshot: "{{ module_args }}"
+      check_mode: "{{ check }}"
+      register: res
+      ignore_errors: true
+    - name: Hand the result back
+      ansible.builtin.copy:
+        content: "{{ res | to_json }}"
+        dest: "{{ out }}"
+        mode: "0600"
+""" % PYTHON
+
+
+def snapshot(hub, check=False, **args):
+    """Run the module through ansible-playbook; return its registered result."""
+    args.setdefault("repo_id", REPO_A)
+    args.setdefault("endpoint", hub.url)
+    work = os.path.join(os.environ.get("TMPDIR", "/tmp"), "hf-snapshot-test-%d" % os.getpid())
+    os.makedirs(work, exist_ok=True)
+    with open(os.path.join(work, "play.yml"), "w", encoding="utf-8") as handle:
+        handle.write(PLAYBOOK)
+    out = os.path.join(work, "result.json")
+    if os.path.exists(out):
+        os.unlink(out)
+    with open(os.path.join(work, "vars.json"), "w", encoding="utf-8") as handle:
+        json.dump({"module_args": args, "check": check, "out": out}, handle)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([PLAYBOOK_BIN, "-i", "localhost,", os.path.join(work, "play.yml"), "-e", "@" + os.path.join(work, "vars.json")],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert os.path.exists(out), proc.stdout + proc.stderr
+    with open(out, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def gets(hub):
+    return [e["file"] for e in hub.requests() if e["method"] == "GET" and "/resolve/" in e["path"]]
+
+
+def test_check_mode_plans_from_metadata_without_fetching(hub, tmp_path):
+    res = snapshot(hub, check=True, local_dir=str(tmp_path / "m"), allow_patterns=["*.safetensors"])
+    assert res["changed"] is True and not res.get("failed")
+    assert len(res["to_download"]) == 4 and res["bytes_to_download"] == res["bytes_total"]
+    assert res["bytes_to_download"] == sum(os.path.getsize(os.path.join(hub.server.store.root, REPO_A, f["path"]))
+                                           for f in res["to_download"])
+    assert gets(hub) == [] and not (tmp_path / "m").exists()
+
+
+def test_truncated_file_is_refetched_whole_then_nothing(hub, tmp_path):
+    target = tmp_path / "m"
+    first = snapshot(hub, local_dir=str(target))
+    assert first["changed"] and first["bytes_downloaded"] == first["bytes_total"]
+    manifest = json.loads((target / ".llmfleet-manifest.json").read_text())
+    assert manifest["revision"] == first["revision"] and len(manifest["files"]) == len(first["files"])
+    with open(target / SHARD1, "r+b") as handle:
+        handle.truncate(1000)
+    hub.clear_requests()
+    second = snapshot(hub, local_dir=str(target))
+    assert second["changed"] and second["files_downloaded"] == [SHARD1], second
+    assert gets(hub) == [SHARD1]
+    assert os.path.getsize(target / SHARD1) == [f for f in manifest["files"] if f["path"] == SHARD1][0]["size"]
+    hub.clear_requests()
+    third = snapshot(hub, local_dir=str(target))
+    assert third["changed"] is False and third["bytes_downloaded"] == 0 and gets(hub) == []
+
+
+def test_hub_error_fails_cleanly_without_creating_anything(hub, tmp_path):
+    hub.set_faults({"repos": {REPO_A: {"api_status": 500}}})
+    res = snapshot(hub, local_dir=str(tmp_path / "m"))
+    assert res["failed"] and "reading metadata of %s" % REPO_A in res["msg"] and "500" in res["msg"]
+    assert not (tmp_path / "m").exists()
+
+
+def test_no_matching_file_names_the_patterns(hub, tmp_path):
+    res = snapshot(hub, local_dir=str(tmp_path / "m"), allow_patterns=["*.gguf"])
+    assert res["failed"] and "*.gguf" in res["msg"]
+
+
+def test_offline_needs_a_manifest_and_reports_missing(hub, tmp_path):
+    target = tmp_path / "m"
+    res = snapshot(hub, local_dir=str(target), offline=True)
+    assert res["failed"] and "no valid manifest" in res["msg"]
+    assert snapshot(hub, local_dir=str(target))["changed"]
+    (target / SHARD1).unlink()
+    hub.clear_requests()
+    res = snapshot(hub, local_dir=str(target), offline=True, endpoint="http://127.0.0.1:9")
+    assert not res.get("failed") and res["changed"] is False and res["missing"] == [SHARD1]
+    assert hub.requests() == []
+
+
+def test_margin_larger_than_free_space(hub, tmp_path):
+    res = snapshot(hub, local_dir=str(tmp_path / "m"), space_margin_bytes=10 ** 18)
+    assert res["failed"] and "GB missing" in res["msg"] and res["space"]["missing_bytes"] > 10 ** 17
+    assert gets(hub) == [] and not (tmp_path / "m").exists()

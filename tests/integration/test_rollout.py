@@ -1,0 +1,192 @@
+"""Fleet rollout (playbooks/rollout.yml) on three real systemd test hosts with vLLM's CPU engine.
+
+The hosts share the build machine's network namespace, so each host serves the tiny models on its own
+ports (per-host `llmfleet_models_extra` overrides of `port`). The tests run in order on one fleet:
+
+1. nothing -> tiny-llama-a on all hosts (canary, then one batch of 2; no previous record: gate skipped)
+2. a clean rollout tiny-llama-a -> tiny-llama-b (canary gated on a's recorded tok/s, then a batch of 2)
+3. back to tiny-llama-a in batches of 1 with fleet-r2 (second batch) failing its pivot gate: the rollout
+   stops, fleet-r2 is rolled back to b, fleet-r3 is never touched (same MainPID), the canary keeps a
+4. the same rollout without the fault continues: the canary is a no-op (same MainPID), r2 and r3 pivot
+
+Every vLLM start takes 1.5-4 minutes on the CPU engine, so the module takes 20-40 minutes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
+HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
+HUB_PORT = "18095"
+# name -> (ssh port, {model: http port})
+HOSTS = {
+    "fleet-r1": ("2271", {"tiny-llama-a": 8111, "tiny-llama-b": 8112}),
+    "fleet-r2": ("2272", {"tiny-llama-a": 8121, "tiny-llama-b": 8122}),
+    "fleet-r3": ("2273", {"tiny-llama-a": 8131, "tiny-llama-b": 8132}),
+}
+TIMINGS: dict[str, float] = {}
+
+
+def _ssh(host: str, *cmd: str) -> str:
+    return subprocess.run([TESTBED, "ssh", host, *cmd], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def _serving(host: str) -> str:
+    raw = _ssh(host, "cat", "/var/lib/llmfleet/current.json")
+    return json.loads(raw)["model"] if raw else ""
+
+
+def _main_pid(host: str, model: str) -> str:
+    return _ssh(host, "systemctl", "show", "-P", "MainPID", f"vllm-{model}.service")
+
+
+def _is_active(host: str, model: str) -> str:
+    return _ssh(host, "systemctl", "is-active", f"vllm-{model}.service")
+
+
+def _healthy(host: str, model: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{HOSTS[host][1][model]}/health", timeout=5) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _write_inventory(inv, results, faulty: str | None = None) -> None:
+    # Host vars: they win over inventory/testbed/group_vars/all (which points at another hub).
+    lines = ["all:", "  hosts:"]
+    for host, (ssh_port, ports) in HOSTS.items():
+        extra = {m: {"port": p, "serving": {"enforce_eager": True}} for m, p in ports.items()}
+        lines += [f"    {host}:", f"      ansible_port: {ssh_port}", f"      llmfleet_models_extra: {json.dumps(extra)}",
+                  f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}", "      pivot_benchmark: false",
+                  f"      pivot_controller_results_dir: {results}"]
+        if host == faulty:
+            # The pivot gate can never pass: the pivot role rolls this host back.
+            lines.append("      pivot_gate_min_output_tok_s: 1.0e9")
+    (inv / "hosts.yml").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory, vllm_image):
+    inv = tmp_path_factory.mktemp("rollout-inventory")
+    results = tmp_path_factory.mktemp("rollout-results")
+    os.symlink(os.path.join(REPO, "inventory", "testbed", "group_vars"), inv / "group_vars")
+    _write_inventory(inv, results)
+
+    class Fleet:
+        def __init__(self):
+            self.inv, self.results = inv, results
+
+        def set_fault(self, host: str | None) -> None:
+            _write_inventory(inv, results, host)
+
+        def rollout(self, name: str, *extra: str) -> subprocess.CompletedProcess:
+            env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+            start = time.monotonic()
+            result = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inv),
+                                     os.path.join(REPO, "playbooks", "rollout.yml"), *extra],
+                                    capture_output=True, text=True, env=env, cwd=REPO, check=False)
+            TIMINGS[name] = round(time.monotonic() - start, 1)
+            (results / f"{name}.log").write_text(result.stdout + result.stderr)
+            return result
+
+        def report(self, model: str) -> str:
+            return (results / f"fleet-{model}.md").read_text()
+
+    subprocess.run([HUB, "start", HUB_PORT], check=True)
+    try:
+        for host, (ssh_port, _) in HOSTS.items():
+            subprocess.run([TESTBED, "up", host, ssh_port, vllm_image], check=True, capture_output=True)
+        yield Fleet()
+    finally:
+        print(f"\nrollout timings (s): {TIMINGS}; logs and reports under {results}")
+        for host in HOSTS:
+            subprocess.run([TESTBED, "down", host], check=False, capture_output=True)
+        subprocess.run([HUB, "stop", HUB_PORT], check=False)
+
+
+def _tail(result: subprocess.CompletedProcess) -> str:
+    return (result.stdout + result.stderr)[-6000:]
+
+
+def test_1_first_rollout_from_nothing(fleet):
+    result = fleet.rollout("1-initial-a", "-e", "model=tiny-llama-a", "-e", "rollout_batch_size=2")
+    assert result.returncode == 0, _tail(result)
+    for host in HOSTS:
+        assert _serving(host) == "tiny-llama-a" and _healthy(host, "tiny-llama-a"), host
+    report = fleet.report("tiny-llama-a")
+    assert "3/3 hosts serve tiny-llama-a" in report, report
+    # Pre-stage ran on every host before the first switch.
+    out = result.stdout
+    assert out.index("Download and verify tiny-llama-a while the old model keeps serving") < out.index("Stop the previous model")
+
+
+def test_2_clean_rollout_a_to_b(fleet):
+    pids = {h: _main_pid(h, "tiny-llama-a") for h in HOSTS}
+    result = fleet.rollout("2-a-to-b", "-e", "model=tiny-llama-b", "-e", "rollout_batch_size=2",
+                           "-e", "rollout_min_tok_s_ratio=0.05")
+    assert result.returncode == 0, _tail(result)
+    for host in HOSTS:
+        assert _serving(host) == "tiny-llama-b" and _healthy(host, "tiny-llama-b"), host
+        assert _is_active(host, "tiny-llama-a") != "active", host
+        assert pids[host] != "0"
+    # The canary was gated on tiny-llama-a's recorded throughput on the same host.
+    assert '"previous_tok_s"' in result.stdout, _tail(result)
+    report = fleet.report("tiny-llama-b")
+    assert "3/3 hosts serve tiny-llama-b" in report and "3 pivoted in this run" in report, report
+    for host in HOSTS:
+        assert f"| {host} | tiny-llama-b | pivoted | tiny-llama-a |" in report, report
+    # Batches: canary alone, then the other two together.
+    assert result.stdout.count("PLAY [Roll tiny-llama-b out") == 2
+    print(report)
+
+
+def test_3_failed_second_batch_stops_the_rollout(fleet):
+    r3_pid = _main_pid("fleet-r3", "tiny-llama-b")
+    fleet.set_fault("fleet-r2")
+    try:
+        result = fleet.rollout("3-b-to-a-fault", "-e", "model=tiny-llama-a", "-e", "rollout_batch_size=1",
+                               "-e", "rollout_min_tok_s_ratio=0.05")
+    finally:
+        fleet.set_fault(None)
+    assert result.returncode != 0, _tail(result)
+    # The canary batch keeps the new model.
+    assert _serving("fleet-r1") == "tiny-llama-a" and _healthy("fleet-r1", "tiny-llama-a")
+    # The failed host was rolled back by the pivot role and serves the old model again.
+    assert "Rolled back" in result.stdout, _tail(result)
+    assert _serving("fleet-r2") == "tiny-llama-b" and _healthy("fleet-r2", "tiny-llama-b")
+    assert _is_active("fleet-r2", "tiny-llama-a") != "active"
+    # The host after the failed batch was never touched.
+    assert _serving("fleet-r3") == "tiny-llama-b" and _healthy("fleet-r3", "tiny-llama-b")
+    assert _main_pid("fleet-r3", "tiny-llama-b") == r3_pid
+    batches = result.stdout[result.stdout.index("PLAY [Roll"):result.stdout.index("PLAY [Fleet report")]
+    assert "[fleet-r3]" not in batches, batches[-3000:]
+    report = fleet.report("tiny-llama-a")
+    assert "| fleet-r1 | tiny-llama-a | pivoted |" in report, report
+    assert "| fleet-r2 | tiny-llama-b | failed |" in report, report
+    assert "| fleet-r3 | tiny-llama-b | stopped before its batch |" in report, report
+    assert "Rollout of tiny-llama-a stopped" in result.stdout
+    print(report)
+
+
+def test_4_rerun_continues_where_it_stopped(fleet):
+    r1_pid = _main_pid("fleet-r1", "tiny-llama-a")
+    result = fleet.rollout("4-b-to-a-rerun", "-e", "model=tiny-llama-a", "-e", "rollout_batch_size=1",
+                           "-e", "rollout_min_tok_s_ratio=0.05")
+    assert result.returncode == 0, _tail(result)
+    for host in HOSTS:
+        assert _serving(host) == "tiny-llama-a" and _healthy(host, "tiny-llama-a"), host
+        assert _is_active(host, "tiny-llama-b") != "active", host
+    # The canary already served tiny-llama-a: left alone, not restarted.
+    assert _main_pid("fleet-r1", "tiny-llama-a") == r1_pid
+    report = fleet.report("tiny-llama-a")
+    assert "3/3 hosts serve tiny-llama-a" in report and "| fleet-r1 | tiny-llama-a | unchanged |" in report, report
+    assert "| fleet-r2 | tiny-llama-a | pivoted | tiny-llama-b |" in report, report
+    print(report)

@@ -1,0 +1,315 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""llmfleet.vllm.throughput_check through real ansible-playbook runs.
+
+Endpoints: tests/fixtures/token_stream_server.py (a TEST FIXTURE stand-in server
+run as its own process, with fault injection) and, for test_real_vllm_*, a real
+vLLM OpenAI server (CPU engine) given by the ``vllm_server`` fixture.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURE_SERVER = os.path.join(REPO, "tests", "fixtures", "token_stream_server.py")
+PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+# The module runs on the target with its system python (stdlib only): use the host's.
+TARGET_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+class FixtureServer(object):
+    """tests/fixtures/token_stream_server.py in its own process."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([sys.executable, FIXTURE_SERVER, "--port", "0"] + [str(a) for a in args],
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("READY "):
+            self.proc.kill()
+            raise RuntimeError("fixture server did not start: %r" % line)
+        self.port = int(line.split()[1])
+        self.base_url = "http://127.0.0.1:%d" % self.port
+        self.model = "fixture-model"
+
+    def metric(self, name):
+        text = urllib.request.urlopen(self.base_url + "/metrics", timeout=5).read().decode()
+        for line in text.splitlines():
+            if line.startswith(name):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture
+def stream_server():
+    servers = []
+
+    def start(*args):
+        s = FixtureServer(*args)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def run_module(tmp_path, args, check=False, timeout=300, extra_env=None):
+    """Run the module in a one-task playbook (connection: local); returns (rc, result dict, output)."""
+    out = tmp_path / "result.json"
+    play = [{
+        "name": "throughput_check",
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "vars": {"ansible_python_interpreter": TARGET_PYTHON},
+        "tasks": [
+            {"name": "Gate", "llmfleet.vllm.throughput_check": args, "register": "tc", "ignore_errors": True},
+            {"name": "Save", "ansible.builtin.copy": {"content": "{{ tc | to_json }}", "dest": str(out)},
+             "check_mode": False},
+            {"name": "Propagate failure", "ansible.builtin.fail": {"msg": "{{ tc.msg }}"}, "when": "tc is failed"},
+        ],
+    }]
+    pb = tmp_path / "play.yml"
+    pb.write_text(json.dumps(play))
+    cmd = [PLAYBOOK_BIN, "-i", "localhost,", str(pb)]
+    if check:
+        cmd.append("--check")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env.update(extra_env or {})
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
+                       check=False)
+    result = json.loads(out.read_text()) if out.exists() else None
+    return p.returncode, result, p.stdout + p.stderr
+
+
+def test_passes_and_counts_match_server(stream_server, tmp_path):
+    srv = stream_server()
+    results = tmp_path / "out" / "tput.json"
+    rc, r, out = run_module(tmp_path, {
+        "base_url": srv.base_url + "/v1", "concurrency": [1, 8, 32], "requests_per_level": 64,
+        "max_tokens": 32, "warmup_requests": 2, "min_output_tok_s": 100, "max_ttft_p99_s": 5,
+        "max_tpot_p99_s": 1, "max_metrics_deviation": 0.0, "results_path": str(results)})
+    assert rc == 0, out
+    assert r["passed"] is True and r["failures"] == [] and r["changed"] is False
+    assert r["model"] == "fixture-model"          # discovered from /v1/models
+    assert r["warmup"] == {"completed": 2, "failed": 0}
+    assert [lv["concurrency"] for lv in r["levels"]] == [1, 8, 32]
+    for lv in r["levels"]:
+        assert lv["completed"] == 64 and lv["failed"] == 0
+        assert lv["output_tokens"] == lv["output_tokens_usage"] == lv["output_chunks"] == 64 * 32
+        assert lv["server_generation_tokens"] == 64 * 32     # warm-up excluded
+        assert lv["metrics_ratio"] == 1.0
+        assert lv["output_tok_s"] > 100
+        assert lv["ttft_s"]["count"] == 64 and lv["tpot_s"]["count"] == 64
+        assert lv["ttft_s"]["p50"] <= lv["ttft_s"]["p99"]
+    saved = json.loads(results.read_text())
+    assert saved["levels"][2]["output_tokens"] == 64 * 32
+    assert srv.metric("fixture_posts_total") == 2 + 3 * 64
+
+
+def test_chat_endpoint_without_usage_counts_chunks(stream_server, tmp_path):
+    srv = stream_server("--no-usage", "--tokens", "9")
+    rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "endpoint": "chat", "model": "fixture-model",
+                                       "concurrency": [4], "requests_per_level": 12, "warmup_requests": 0})
+    assert rc == 0, out
+    lv = r["levels"][0]
+    assert lv["output_tokens_usage"] == 0 and lv["requests_with_usage"] == 0
+    assert lv["output_tokens"] == lv["output_chunks"] == 12 * 9   # role-only first chunk not counted
+    assert lv["server_generation_tokens"] == 12 * 9
+
+
+def test_fails_when_min_output_tok_s_not_met(stream_server, tmp_path):
+    srv = stream_server("--token-delay", "0.01")
+    rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "concurrency": [2, 4], "requests_per_level": 4,
+                                       "max_tokens": 10, "min_output_tok_s": 1000000,
+                                       "level_thresholds": [{"concurrency": 2, "min_output_tok_s": 1}]})
+    assert rc != 0
+    assert r["failed"] is True and r["passed"] is False
+    assert len(r["failures"]) == 1       # the level-2 override passes, level 4 fails
+    msg = r["failures"][0]
+    assert msg.startswith("concurrency 4: output ") and "below min_output_tok_s 1e+06" in msg
+    assert "40 tokens in" in msg
+    assert "concurrency 4" in r["msg"]
+    assert r["levels"][0]["passed"] is True and r["levels"][1]["passed"] is False
+
+
+def test_fail_on_threshold_false_reports_only(stream_server, tmp_path):
+    srv = stream_server()
+    rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "concurrency": [2], "requests_per_level": 4,
+                                       "min_output_tok_s": 1e12, "fail_on_threshold": False})
+    assert rc == 0, out
+    assert r["passed"] is False and len(r["failures"]) == 1
+    assert not r.get("failed") and "below thresholds" in r["msg"]
+
+
+def test_injected_500s_give_error_rate(stream_server, tmp_path):
+    srv = stream_server("--fail-every", "5")
+    rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "model": "fixture-model", "concurrency": [4],
+                                       "requests_per_level": 40, "warmup_requests": 0, "max_tokens": 8,
+                                       "max_error_rate": 0.1})
+    assert rc != 0
+    lv = r["levels"][0]
+    assert lv["errors"] == {"http_500": 8} and lv["failed"] == 8 and lv["completed"] == 32
+    assert lv["error_rate"] == pytest.approx(0.2)
+    assert "injected failure" in lv["error_samples"][0]
+    assert "error rate 20.0% (8 of 40 failed: http_500=8) is above max_error_rate 10.0%" in r["failures"][0]
+    assert lv["output_tokens"] == 32 * 8
+
+
+def test_dropped_streams_counted(stream_server, tmp_path):
+    srv = stream_server("--drop-every", "4")
+    rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "model": "fixture-model", "concurrency": [3],
+                                       "requests_per_level": 24, "warmup_requests": 0, "max_tokens": 20,
+                                       "max_error_rate": 0.5})
+    assert rc == 0, out
+    lv = r["levels"][0]
+    assert lv["errors"] == {"stream_cut": 6} and lv["completed"] == 18
+    assert lv["partial_output_tokens"] == 6 * 10
+    assert lv["server_generation_tokens"] == 18 * 20 + 6 * 10
+    assert srv.metric("fixture_requests_dropped_total") == 6
+
+
+def test_timeout(stream_server, tmp_path):
+    srv = stream_server("--ttft-delay", "3")
+    rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "model": "fixture-model", "concurrency": [2],
+                                       "requests_per_level": 2, "warmup_requests": 0, "timeout_s": 0.5})
+    assert rc != 0
+    lv = r["levels"][0]
+    assert lv["errors"] == {"timeout": 2}
+    assert lv["duration_s"] < 2.5
+    assert "timeout=2" in r["failures"][0]
+
+
+def test_server_down_is_connection_error(tmp_path):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    rc, r, out = run_module(tmp_path, {"base_url": "http://127.0.0.1:%d" % port, "model": "m", "concurrency": [2],
+                                       "requests_per_level": 4, "warmup_requests": 0, "check_metrics": False})
+    assert rc != 0
+    assert r["levels"][0]["errors"] == {"connection": 4}
+
+
+def test_metrics_deviation_and_missing_metrics(stream_server, tmp_path):
+    srv = stream_server("--metrics-scale", "1.1")
+    rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "concurrency": [4], "requests_per_level": 8,
+                                       "max_tokens": 10, "max_metrics_deviation": 0.02})
+    assert rc != 0
+    assert r["levels"][0]["server_generation_tokens"] == pytest.approx(88.0)
+    assert "client counted 80 output tokens" in r["failures"][0] and "deviation 9.09%" in r["failures"][0]
+
+    srv2 = stream_server("--no-metrics")
+    rc, r, out = run_module(tmp_path, {"base_url": srv2.base_url, "concurrency": [4], "requests_per_level": 8,
+                                       "max_metrics_deviation": 0.02})
+    assert rc == 0, out
+    assert r["metrics_available"] is False and "HTTP 404" in r["metrics_error"]
+    assert r["levels"][0]["server_generation_tokens"] is None
+
+
+def test_check_mode_sends_no_load(stream_server, tmp_path):
+    srv = stream_server()
+    rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "concurrency": [4]}, check=True)
+    assert rc == 0, out
+    assert r["skipped_load"] is True and r["levels"] == []
+    assert srv.metric("fixture_posts_total") == 0
+
+
+def test_api_key_from_env_is_not_logged(stream_server, tmp_path):
+    srv = stream_server()
+    rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "concurrency": [1], "requests_per_level": 2},
+                            extra_env={"VLLM_API_KEY": "sekrit-token-123"})
+    assert rc == 0, out
+    assert "sekrit-token-123" not in json.dumps(r)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ({"concurrency": []}, "concurrency must be a non-empty list"),
+    ({"concurrency": [4, -2]}, "concurrency values must be >= 1 (got -2)"),
+    ({"concurrency": [1], "max_tokens": 0}, "max_tokens must be >= 1 (got 0)"),
+    ({"concurrency": [1], "timeout_s": -1}, "timeout_s must be > 0 (got -1.0)"),
+    ({"concurrency": [1], "max_error_rate": 2}, "max_error_rate must be within 0..1"),
+    ({"concurrency": [1], "requests_per_level": -5}, "requests_per_level must be >= 1 (got -5)"),
+    ({"concurrency": [1], "requests_per_level": 5, "duration_s": 3}, "mutually exclusive: requests_per_level|duration_s"),
+    ({"concurrency": [1], "level_thresholds": [{"concurrency": 9, "min_output_tok_s": 1}]},
+     "level_thresholds[0].concurrency 9 is not one of concurrency [1]"),
+    ({"concurrency": [1], "endpoint": "embeddings"}, "value of endpoint must be one of"),
+])
+def test_bad_options(stream_server, tmp_path, args, fragment):
+    srv = stream_server()
+    rc, r, out = run_module(tmp_path, dict({"base_url": srv.base_url}, **args))
+    assert rc != 0
+    assert fragment in r["msg"], r["msg"]
+    assert srv.metric("fixture_posts_total") == 0
+
+
+def test_duration_mode(stream_server, tmp_path):
+    srv = stream_server("--token-delay", "0.002")
+    rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "concurrency": [8], "duration_s": 1.0,
+                                       "max_tokens": 16, "warmup_requests": 0})
+    assert rc == 0, out
+    lv = r["levels"][0]
+    assert lv["requests"] > 8 and lv["failed"] == 0
+    assert 1.0 <= lv["duration_s"] < 3.0
+    assert lv["server_generation_tokens"] == lv["output_tokens"] == 16 * lv["requests"]
+
+
+# --------------------------------------------------------------------------------------------
+# Real vLLM.  The `vllm_server` fixture (base_url, model) is provided by tests/integration/conftest.py.
+# TEMPORARY stand-in below (reads LLMFLEET_VLLM_URL / LLMFLEET_VLLM_MODEL): remove it once conftest.py
+# provides `vllm_server`; a module-level fixture would shadow the conftest one.
+# --------------------------------------------------------------------------------------------
+if os.environ.get("LLMFLEET_VLLM_URL"):  # TEMPORARY: replace with the conftest.py fixture
+    class _EnvVllm(object):
+        base_url = os.environ["LLMFLEET_VLLM_URL"]
+        model = os.environ.get("LLMFLEET_VLLM_MODEL")
+
+    @pytest.fixture
+    def vllm_server():
+        return _EnvVllm()
+
+
+def test_real_vllm_tok_s_matches_server_metrics(vllm_server, tmp_path):
+    results = tmp_path / "vllm.json"
+    args = {"base_url": vllm_server.base_url, "concurrency": [1, 4], "requests_per_level": 8,
+            "max_tokens": 32, "prompt_tokens": 16, "warmup_requests": 1, "timeout_s": 120,
+            "max_error_rate": 0, "max_metrics_deviation": 0.02, "results_path": str(results)}
+    if getattr(vllm_server, "model", None):
+        args["model"] = vllm_server.model
+    rc, r, out = run_module(tmp_path, args, timeout=600)
+    assert rc == 0, out
+    assert r["metrics_available"] is True
+    for lv in r["levels"]:
+        assert lv["completed"] == 8 and lv["failed"] == 0
+        assert lv["requests_with_usage"] == 8
+        assert lv["output_tokens"] == 8 * 32            # ignore_eos: exactly max_tokens each
+        assert lv["server_generation_tokens"] > 0
+        assert abs(lv["metrics_ratio"] - 1.0) <= 0.02
+        assert abs(lv["output_tok_s"] / lv["server_output_tok_s"] - 1.0) <= 0.02
+        assert lv["ttft_s"]["p99"] is not None and lv["tpot_s"]["p99"] is not None
+    print("REAL_VLLM_FIGURES " + json.dumps([{k: lv[k] for k in (
+        "concurrency", "output_tok_s", "server_output_tok_s", "output_tokens", "server_generation_tokens",
+        "metrics_ratio", "request_s")} for lv in r["levels"]]))
+
+
+def test_real_vllm_threshold_failure(vllm_server, tmp_path):
+    args = {"base_url": vllm_server.base_url, "concurrency": [2], "requests_per_level": 2, "max_tokens": 8,
+            "warmup_requests": 0, "timeout_s": 120, "min_output_tok_s": 1e9}
+    if getattr(vllm_server, "model", None):
+        args["model"] = vllm_server.model
+    rc, r, out = run_module(tmp_path, args, timeout=600)
+    assert rc != 0
+    assert r["failures"][0].startswith("concurrency 2: output ") and "min_output_tok_s 1e+09" in r["failures"][0]

@@ -1,0 +1,223 @@
+"""service_deploy renders the real template through ansible-playbook: golden units, systemd-analyze verify, bad input.
+
+Set UPDATE_GOLDEN=1 to rewrite tests/golden/ from the current template (then review the diff).
+"""
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = REPO / 'tests' / 'golden'
+BIN = Path(sys.executable).parent
+MODELS = ('kimi-k25-int4', 'kimi-k25-nvfp4', 'minimax-m25', 'glm5-nvfp4', 'tiny-llama-a')
+API_KEY = 'golden-secret-4711'
+# One inventory host per model or per bad-input case, all on the local connection: one ansible-playbook
+# run covers them all in parallel, and a host that fails does not stop the others.
+PLAYBOOK = """
+- hosts: all
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Render the unit
+      ansible.builtin.include_role:
+        name: llmfleet.vllm.service_deploy
+        tasks_from: render
+"""
+
+
+def run_hosts(tmp_path, hosts, *args):
+    """Run the render playbook; hosts: {inventory name: role variables}.
+
+    Returns {rc, raw (stdout), stats: {host: {ok, changed, failed, ...}}, failures: {host: [result dicts]}}.
+    """
+    (tmp_path / 'render.yml').write_text(PLAYBOOK)
+    inventory = {'all': {'vars': {'ansible_python_interpreter': sys.executable},
+                         'hosts': {name: dict(v) for name, v in hosts.items()}}}
+    (tmp_path / 'inventory.json').write_text(json.dumps(inventory))
+    result = subprocess.run([str(BIN / 'ansible-playbook'), '-i', str(tmp_path / 'inventory.json'), '-f', '10',
+                             str(tmp_path / 'render.yml'), *args],
+                            cwd=REPO, capture_output=True, text=True, check=False,
+                            env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / 'ansible.cfg'), ANSIBLE_PIPELINING='1',
+                                     ANSIBLE_NOCOLOR='1', ANSIBLE_CALLBACK_RESULT_FORMAT='json',
+                                     ANSIBLE_CALLBACK_FORMAT_PRETTY='0'))
+    report = {'rc': result.returncode, 'raw': result.stdout + result.stderr, 'stats': {}, 'failures': {}}
+    for line in result.stdout.splitlines():
+        fail = re.match(r'^fatal: \[([^]]+)\]: FAILED! => (\{.*\})$', line)
+        if fail:
+            report['failures'].setdefault(fail.group(1), []).append(json.loads(fail.group(2)))
+        recap = re.match(r'^(\S+)\s+: ((?:\w+=\d+\s*)+)$', line)
+        if recap:
+            report['stats'][recap.group(1)] = {k: int(v) for k, v in re.findall(r'(\w+)=(\d+)', recap.group(2))}
+    return report
+
+
+def host_messages(report, host):
+    """Every failure message the host got."""
+    return [str(failure.get('msg', '')) for failure in report['failures'].get(host, [])]
+
+
+def model_hosts(root, models=MODELS, **variables):
+    return {m: dict(variables, service_deploy_model=m, service_deploy_render_root=str(root)) for m in models}
+
+
+@pytest.fixture(scope='module')
+def rendered(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('render')
+    root = tmp / 'root'
+    first = run_hosts(tmp, model_hosts(root, service_deploy_api_key=API_KEY))
+    assert first['rc'] == 0, first['raw']
+    second = run_hosts(tmp, model_hosts(root, service_deploy_api_key=API_KEY))
+    return {'tmp': tmp, 'root': root, 'first': first, 'second': second}
+
+
+@pytest.mark.parametrize('model', MODELS)
+def test_unit_matches_golden(rendered, model):
+    unit = (rendered['root'] / 'etc/systemd/system' / ('vllm-%s.service' % model)).read_bytes()
+    golden = GOLDEN / ('vllm-%s.service' % model)
+    if os.environ.get('UPDATE_GOLDEN'):
+        golden.write_bytes(unit)
+    assert unit == golden.read_bytes(), 'rendered unit differs from %s (UPDATE_GOLDEN=1 to accept)' % golden
+
+
+def test_second_render_changes_nothing(rendered):
+    assert all(stats['changed'] > 0 for stats in rendered['first']['stats'].values())
+    assert all(stats['changed'] == 0 and stats['failed'] == 0 for stats in rendered['second']['stats'].values()), \
+        rendered['second']['stats']
+
+
+def test_api_key_only_in_the_root_only_environment_file(rendered):
+    root = rendered['root']
+    for model in MODELS:
+        unit = (root / 'etc/systemd/system' / ('vllm-%s.service' % model)).read_text()
+        assert API_KEY not in unit and '--api-key' not in unit
+        env = root / 'etc/llmfleet' / ('vllm-%s.env' % model)
+        assert 'VLLM_API_KEY="%s"\n' % API_KEY in env.read_text()
+        info = env.stat()
+        assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_uid == 0
+    assert API_KEY not in rendered['first']['raw']  # no_log on the environment file
+
+
+def test_environment_files_carry_gpu_assignment_and_seed_nccl_settings(rendered):
+    env_dir = rendered['root'] / 'etc/llmfleet'
+    minimax = (env_dir / 'vllm-minimax-m25.env').read_text()
+    assert 'CUDA_VISIBLE_DEVICES="0,1,2,3"\nNCCL_P2P_LEVEL="SYS"\nNCCL_PROTO="LL"\n' in minimax
+    assert 'CUDA_VISIBLE_DEVICES="0,1,2,3,4,5,6,7"' in (env_dir / 'vllm-kimi-k25-int4.env').read_text()
+    tiny = (env_dir / 'vllm-tiny-llama-a.env').read_text()
+    assert 'VLLM_CPU_KVCACHE_SPACE="1"' in tiny and 'CUDA_VISIBLE_DEVICES' not in tiny
+
+
+def test_shm_cleanup_removes_only_unheld_stale_segments(rendered, tmp_path):
+    script = rendered['root'] / 'usr/local/libexec/llmfleet/shm-cleanup'
+    assert stat.S_IMODE(script.stat().st_mode) == 0o755
+    shm = tmp_path / 'shm'  # never the host's /dev/shm: other processes' segments live there
+    shm.mkdir()
+    names = {key: shm / name for key, name in (('stale', 'nccl-shm-stale'), ('held', 'psm_held'), ('mapped', 'sem.mp-mapped'),
+                                                ('fresh', 'sem.mp-fresh'), ('other', 'unrelated'))}
+    for path in names.values():
+        path.write_bytes(b'x' * 4096)
+    for key in ('stale', 'held', 'mapped', 'other'):
+        os.utime(names[key], (0, 0))  # older than a minute
+    holder = subprocess.Popen(['sleep', '60'], stdin=open(names['held'], 'rb'))  # pylint: disable=consider-using-with
+    mapper = subprocess.Popen([sys.executable, '-c', 'import mmap, sys, time; f = open(sys.argv[1], "rb"); '
+                               'm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); f.close(); print(1, flush=True); time.sleep(60)',
+                               str(names['mapped'])], stdout=subprocess.PIPE)  # pylint: disable=consider-using-with
+    try:
+        assert mapper.stdout.readline() == b'1\n'  # mapped, file descriptor closed
+        out = subprocess.run([str(script)], capture_output=True, text=True, check=True, env=dict(os.environ, LLMFLEET_SHM_DIR=str(shm)))
+        assert out.stdout == 'shm-cleanup: removed stale %s\n' % names['stale']
+        assert sorted(p.name for p in shm.iterdir()) == ['psm_held', 'sem.mp-fresh', 'sem.mp-mapped', 'unrelated']
+    finally:
+        for proc in (holder, mapper):
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.skipif(not shutil.which('systemd-analyze'), reason='systemd-analyze not installed')
+def test_systemd_analyze_verify_accepts_every_unit(rendered, tmp_path):
+    # verify --root=R resolves ExecStart binaries and dependency units inside R: give it the rendered files, a stub
+    # vLLM entry point and the host's unit directory (for sysinit.target & co). User= is not checked by verify.
+    root = tmp_path / 'root'
+    shutil.copytree(rendered['root'], root)
+    shutil.copytree('/usr/lib/systemd/system', root / 'usr/lib/systemd/system', symlinks=True)
+    stub = root / 'opt/vllm/bin/vllm'
+    stub.parent.mkdir(parents=True)
+    stub.write_text('#!/bin/sh\n')
+    stub.chmod(0o755)
+    for model in MODELS:
+        out = subprocess.run(['systemd-analyze', 'verify', '--man=no', '--root=%s' % root,
+                              '/etc/systemd/system/vllm-%s.service' % model], capture_output=True, text=True, check=False)
+        assert out.returncode == 0 and out.stderr == '', (model, out.stderr)
+
+
+@pytest.mark.skipif(not shutil.which('systemd-analyze'), reason='systemd-analyze not installed')
+def test_systemd_analyze_verify_catches_a_broken_unit(rendered, tmp_path):
+    root = tmp_path / 'root'
+    shutil.copytree(rendered['root'], root)
+    shutil.copytree('/usr/lib/systemd/system', root / 'usr/lib/systemd/system', symlinks=True)
+    # no stub vLLM binary this time
+    out = subprocess.run(['systemd-analyze', 'verify', '--man=no', '--root=%s' % root,
+                          '/etc/systemd/system/vllm-minimax-m25.service'], capture_output=True, text=True, check=False)
+    assert out.returncode != 0 and 'Command /opt/vllm/bin/vllm is not executable' in out.stderr
+
+
+BAD_CASES = [
+    ({'service_deploy_models_extra': {'minimax-m25': {'serving': {'tensor_parallel_size': 0}}}},
+     "model 'minimax-m25': serving.tensor_parallel_size must be a positive integer, got 0"),
+    ({'service_deploy_models_extra': {'minimax-m25': {'port': 99999}}},
+     "model 'minimax-m25': port must be an integer port in 1..65535, got 99999"),
+    ({'service_deploy_models_extra': {'minimax-m25': {'serving': {'extra_args': ['--api-key', 'x']}}}},
+     '--api-key must not be passed on the command line'),
+    ({'service_deploy_profile': 'tp16'}, "model 'minimax-m25' has no serving profile 'tp16'; profiles: tp8-ep"),
+    ({'service_deploy_gpu_ids': [0, 1]}, 'service_deploy_gpu_ids [0, 1] must be 4 distinct GPU indexes'),
+    ({'service_deploy_gpu_ids': [0, 1, 1, 2]}, 'must be 4 distinct GPU indexes'),
+    ({'service_deploy_gpu_facts': {'gpu_count': 2, 'gpu_memory_mib': 97887, 'nvlink': False}},
+     'minimax-m25: needs 4 GPUs (TP 4 x PP 1 x DP 1), host has 2'),
+    ({'service_deploy_state': 'running'}, 'service_deploy_state'),
+]
+
+
+@pytest.fixture(scope='module')
+def bad_runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('bad')
+    hosts = {'case%d' % i: dict(variables, service_deploy_model='minimax-m25', service_deploy_render_root=str(tmp / ('root%d' % i)))
+             for i, (variables, _message) in enumerate(BAD_CASES)}
+    hosts['unknown'] = {'service_deploy_model': 'kimi-k3', 'service_deploy_render_root': str(tmp / 'root-unknown')}
+    hosts['good'] = {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(tmp / 'root-good')}
+    return tmp, run_hosts(tmp, hosts)
+
+
+@pytest.mark.parametrize('case', range(len(BAD_CASES)))
+def test_bad_input_fails_clearly_and_writes_nothing(bad_runs, case):
+    tmp, report = bad_runs
+    message = BAD_CASES[case][1]
+    assert report['stats']['case%d' % case]['failed'] == 1
+    assert any(message in m for m in host_messages(report, 'case%d' % case)), host_messages(report, 'case%d' % case)
+    root = tmp / ('root%d' % case)
+    assert not root.exists() or not any(p.is_file() for p in root.rglob('*'))
+
+
+def test_unknown_model_lists_the_catalog(bad_runs):
+    tmp, report = bad_runs
+    assert any("unknown model 'kimi-k3'; known models: glm5-nvfp4, kimi-k25-int4" in m for m in host_messages(report, 'unknown'))
+    assert not (tmp / 'root-unknown').exists()
+    # the same run rendered the good host: failures stay per host
+    assert report['stats']['good']['failed'] == 0 and (tmp / 'root-good/etc/systemd/system/vllm-minimax-m25.service').is_file()
+
+
+def test_check_mode_shows_the_unit_diff_and_writes_nothing(tmp_path):
+    root = tmp_path / 'root'
+    assert run_hosts(tmp_path, model_hosts(root, ['minimax-m25']))['rc'] == 0
+    unit = root / 'etc/systemd/system/vllm-minimax-m25.service'
+    before = unit.read_bytes()
+    report = run_hosts(tmp_path, model_hosts(root, ['minimax-m25'], service_deploy_models_extra={
+        'minimax-m25': {'serving': {'max_model_len': 4096}}}), '--check', '--diff')
+    assert report['rc'] == 0, report['raw']
+    assert report['stats']['minimax-m25']['changed'] == 1 and unit.read_bytes() == before
+    assert '+    --max-model-len 4096 \\\n' in report['raw']
