@@ -7,7 +7,7 @@
 Both clients stream from the same TEST FIXTURE endpoint (tests/fixtures/token_stream_server.py,
 its own process pinned to CPU 1, emitting tokens as fast as the client takes them); each client
 run is a fresh process pinned to CPU 0.  `vllm bench serve` runs inside the systemd test machine
-tb1 (venv /opt/vllm; it shares the host network, so the fixture's loopback port and the same
+tb1 (venv /opt/vllm, entered with `testbed.sh exec`; it shares the host network, so the fixture's loopback port and the same
 cores), with --backend vllm --dataset-name random --ignore-eos.  Runs are interleaved (ours,
 vLLM's, ours, ...).  For every run the client's token count is compared with what the endpoint
 sent (the fixture's vllm:generation_tokens_total delta; vllm bench's one initial test request is
@@ -101,9 +101,15 @@ def vllm_args(port, c, n, input_len, output_len, tokenizer):
             % (port, tokenizer, input_len, output_len, n, c))
 
 
+def in_machine(machine, script, **kw):
+    """Run a bash script inside the test machine (nsenter: its namespaces, our open-files limit of 20000;
+    an ssh session there is capped at 1024 open files, too few for 1024 connections)."""
+    kw.setdefault("check", False)
+    return subprocess.run([TESTBED, "exec", machine, "bash", "-c", script], **kw)  # pylint: disable=subprocess-run-check
+
+
 def install_runner(machine):
-    subprocess.run([TESTBED, "ssh", machine, "cat > %s" % RUNNER_PATH], input=VLLM_RUNNER, text=True, check=True,
-                   timeout=60)
+    in_machine(machine, "cat > %s" % RUNNER_PATH, input=VLLM_RUNNER, text=True, check=True, timeout=60)
 
 
 def theirs(port, c, n, input_len, output_len, tokenizer, pin, machine):
@@ -112,13 +118,12 @@ def theirs(port, c, n, input_len, output_len, tokenizer, pin, machine):
         cmd = "taskset -c 0 " + cmd
     before = metric(port, "vllm:generation_tokens_total")
     posts0 = metric(port, "fixture_posts_total")
-    p = subprocess.run([TESTBED, "ssh", machine, "rm -f /tmp/bench-client/r.json; " + cmd +
-                        " >/tmp/bench-client.log 2>&1; rc=$?; grep BENCH_CPU_S /tmp/bench-client.log; "
-                        "cat /tmp/bench-client/r.json; exit $rc"],
-                       capture_output=True, text=True, timeout=1800, check=False)
+    p = in_machine(machine, "rm -f /tmp/bench-client/r.json; " + cmd +
+                   " >/tmp/bench-client.log 2>&1; rc=$?; grep BENCH_CPU_S /tmp/bench-client.log; "
+                   "cat /tmp/bench-client/r.json; exit $rc", capture_output=True, text=True, timeout=1800, check=False)
     if p.returncode != 0:
-        log = subprocess.run([TESTBED, "ssh", machine, "tail -30 /tmp/bench-client.log"], capture_output=True,
-                             text=True, check=False).stdout
+        log = in_machine(machine, "tail -30 /tmp/bench-client.log", capture_output=True, text=True,
+                         check=False).stdout
         raise RuntimeError("vllm bench serve failed (rc %d):\n%s" % (p.returncode, log))
     sent = metric(port, "vllm:generation_tokens_total") - before
     extra_posts = metric(port, "fixture_posts_total") - posts0 - n
@@ -128,7 +133,7 @@ def theirs(port, c, n, input_len, output_len, tokenizer, pin, machine):
             "completed": r["completed"], "failed": r.get("failed", n - r["completed"]), "duration_s": r["duration"],
             "cpu_s": float(first.split()[1]),
             "endpoint_sent": sent - extra_posts * output_len, "extra_requests": extra_posts,
-            "command": "tools/testbed/testbed.sh ssh %s %s" % (machine, shlex.quote(cmd))}
+            "command": "tools/testbed/testbed.sh exec %s bash -c %s" % (machine, shlex.quote(cmd))}
 
 
 def med(xs):
@@ -146,6 +151,8 @@ def main():
     ap.add_argument("--machine", default="tb1")
     ap.add_argument("--tokenizer", default="/srv/models/tiny-llama-a", help="tokenizer path inside the machine")
     ap.add_argument("--no-vllm", action="store_true", help="only measure our client")
+    ap.add_argument("--ours-uvloop", action="store_true",
+                    help="also run our client on uvloop (column ours_uvloop; default runs use stdlib asyncio)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin server to CPU 1 and clients to CPU 0")
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench-client.json"))
     ap.add_argument("--child-ours", nargs=6, type=int, help=argparse.SUPPRESS)
@@ -163,9 +170,8 @@ def main():
     why_not = None
     if vllm_ok:
         install_runner(a.machine)
-        chk = subprocess.run([TESTBED, "ssh", a.machine, "/opt/vllm/bin/python %s --help >/dev/null 2>&1 && "
-                              "test -e %s" % (RUNNER_PATH, a.tokenizer)], capture_output=True, text=True, timeout=300,
-                             check=False)
+        chk = in_machine(a.machine, "test -e /opt/vllm/bin/python && test -e %s" % a.tokenizer,
+                         capture_output=True, text=True, timeout=300, check=False)
         if chk.returncode != 0:
             vllm_ok, why_not = False, "vllm bench serve or the tokenizer is not available in %s" % a.machine
             print("WARNING: " + why_not, file=sys.stderr)
@@ -174,18 +180,27 @@ def main():
     try:
         for c in a.concurrency:
             n = max(a.min_prompts, a.prompts_per_concurrency * c)
-            lvl = {"concurrency": c, "num_prompts": n, "ours": [], "vllm": []}
+            lvl = {"concurrency": c, "num_prompts": n, "ours": [], "vllm": [], "ours_uvloop": []}
             for i in range(a.runs):
                 r = ours(port, c, n, a.input_len, a.output_len, pin)
                 lvl["ours"].append(r)
-                print("c=%d run %d ours: %.0f tok/s (%d tokens, endpoint sent %d, cpu %.1fs)"
+                print("c=%d run %d ours: %.0f tok/s (%d tokens, endpoint sent %d, cpu %.2fs)"
                       % (c, i, r["output_tok_s"], r["output_tokens"], r["endpoint_sent"], r["cpu_s"]), flush=True)
+                if a.ours_uvloop:
+                    r = ours(port, c, n, a.input_len, a.output_len, pin, use_uvloop=True)
+                    lvl["ours_uvloop"].append(r)
+                    print("c=%d run %d ours (%s): %.0f tok/s (%d tokens, endpoint sent %d, cpu %.2fs)"
+                          % (c, i, r["loop"], r["output_tok_s"], r["output_tokens"], r["endpoint_sent"], r["cpu_s"]),
+                          flush=True)
                 if vllm_ok:
                     r = theirs(port, c, n, a.input_len, a.output_len, a.tokenizer, pin, a.machine)
                     lvl["vllm"].append(r)
                     print("c=%d run %d vllm: %.0f tok/s (%d tokens, endpoint sent %d, cpu %.1fs)"
                           % (c, i, r["output_tok_s"], r["output_tokens"], r["endpoint_sent"], r["cpu_s"]), flush=True)
             results["levels"].append(lvl)
+            os.makedirs(os.path.dirname(a.out), exist_ok=True)
+            with open(a.out, "w") as f:      # partial results survive a later failure
+                json.dump(results, f, indent=2)
     finally:
         srv.terminate()
         srv.wait()
@@ -203,6 +218,12 @@ def main():
         vc = [1e6 * r["cpu_s"] / r["output_tokens"] for r in lvl["vllm"] if r["output_tokens"]]
         eq_o = all(r["output_tokens"] == r["endpoint_sent"] == lvl["num_prompts"] * a.output_len for r in lvl["ours"])
         eq_v = all(r["output_tokens"] == r["endpoint_sent"] == lvl["num_prompts"] * a.output_len for r in lvl["vllm"])
+        ou = [1e6 * r["cpu_s"] / r["output_tokens"] for r in lvl["ours_uvloop"]]
+        if ou:
+            print("| %d | ours on uvloop: %.0f tok/s median (%.0f-%.0f), %.1f CPU us/token |" % (
+                lvl["concurrency"], med([r["output_tok_s"] for r in lvl["ours_uvloop"]]),
+                min(r["output_tok_s"] for r in lvl["ours_uvloop"]), max(r["output_tok_s"] for r in lvl["ours_uvloop"]),
+                med(ou)))
         lvl["summary"] = {"ours_tok_s_median": med(o), "vllm_tok_s_median": med(v) if v else None,
                           "ratio": med(o) / med(v) if v else None, "ours_cpu_us_per_token": med(oc),
                           "vllm_cpu_us_per_token": med(vc) if vc else None, "tokens_equal_ours": eq_o,

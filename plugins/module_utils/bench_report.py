@@ -145,7 +145,7 @@ def level_power(samples, t0, t1, duration_s, output_tokens):
     joules = watts_mean * duration
     return {
         "watts_mean": round(watts_mean, 2),
-        "watts_max": round(max(w for _, w in window), 2),
+        "watts_max": round(max(sample[1] for sample in window), 2),
         "joules": round(joules, 3),
         "joules_per_token": round(joules / output_tokens, 6) if output_tokens else None,
         "samples": len(window),

@@ -15,9 +15,9 @@ description:
   - Meant to be started with C(async) and C(poll=0) before a load and stopped by creating O(stop_file);
     the C(llmfleet.vllm.benchmark) role splits the samples into per-concurrency-level energy.
   - A host without GPUs (or without a working reader) is not an error; the module writes
-    C({"available": false, "reason": ...}) and returns at once.
+    C(available=false) with the reason and returns at once.
 author:
-  - llmfleet maintainers
+  - llmfleet maintainers (@llmfleet)
 options:
   output:
     description: JSON file written at the end.
@@ -43,9 +43,10 @@ options:
 attributes:
   check_mode:
     support: full
-    details: In check mode nothing is sampled or written.
+    description: In check mode nothing is sampled or written.
   diff_mode:
     support: none
+    description: Nothing to diff.
 """
 
 EXAMPLES = r"""
@@ -131,9 +132,8 @@ def main():
             time.sleep(min(0.2, p["interval_s"]))
     finally:
         summary = sampler.stop()
-        close = getattr(reader, "close", None)
-        if close:
-            close()
+        if hasattr(reader, "close"):
+            reader.close()
     samples = [[round(t, 3), round(sum(w), 2)] for t, w in sampler.samples]
     data = {"available": bool(samples), "reason": None if samples else "no successful reading (%s)" % sampler.last_error,
             "source": summary["source"], "gpus": len(summary["per_gpu"]), "watts_mean": summary["watts_mean"],

@@ -15,7 +15,7 @@ description:
   - Per-level GPU energy uses the samples between a level file's C(started_at) and its modification time.
   - Used by the C(llmfleet.vllm.benchmark) role; the record schema is described in its documentation.
 author:
-  - llmfleet maintainers
+  - llmfleet maintainers (@llmfleet)
 options:
   path:
     description: Record file to write.
@@ -64,9 +64,10 @@ options:
 attributes:
   check_mode:
     support: full
-    details: In check mode the record is assembled and returned but not written.
+    description: In check mode the record is assembled and returned but not written.
   diff_mode:
     support: none
+    description: Nothing to diff.
 """
 
 EXAMPLES = r"""

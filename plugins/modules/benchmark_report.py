@@ -18,7 +18,7 @@ description:
   - When O(compare_to) finds no record, a single-model report is written (RV(previous_found=false)), unless
     O(require_previous=true).
 author:
-  - llmfleet maintainers
+  - llmfleet maintainers (@llmfleet)
 options:
   current:
     description: Path of the benchmark record of the current model.
@@ -63,9 +63,10 @@ options:
 attributes:
   check_mode:
     support: full
-    details: In check mode the comparison is computed and returned but no file is written.
+    description: In check mode the comparison is computed and returned but no file is written.
   diff_mode:
     support: none
+    description: Nothing to diff.
 requirements:
   - matplotlib (for O(plot=true)), on the host running the module
 """

@@ -89,8 +89,9 @@ attributes:
     description: No diff.
     support: none
 notes:
-  - C(huggingface_hub) 2.x resumes a transfer whose connection drops within the same run (HTTP Range); across runs
-    it keeps completed files and fetches the interrupted file again from its start.
+  - C(huggingface_hub) 2.4 resumes a transfer whose connection drops within the same run with an HTTP Range request
+    from the last 10 MiB chunk it wrote; across runs it keeps completed files and fetches the interrupted file again
+    from its start.
 seealso:
   - module: llmfleet.vllm.shard_verify
 """
@@ -229,7 +230,7 @@ def run_offline(module, local_dir, started):
 
 def _hub_error(module, what, exc, **extra):
     # huggingface_hub messages name the repo, file and HTTP status; they never carry the token.
-    module.fail_json(msg="%s failed: %s: %s" % (what, type(exc).__name__, str(exc).strip()), **extra)
+    module.fail_json(msg="%s %s: %s" % (what, type(exc).__name__, str(exc).strip()), **extra)
 
 
 def main():
@@ -280,7 +281,7 @@ def main():
         info = HfApi(endpoint=p["endpoint"], token=token).model_info(
             p["repo_id"], revision=p["revision"], files_metadata=True, timeout=p["etag_timeout"])
     except Exception as exc:  # pylint: disable=broad-except
-        _hub_error(module, "reading metadata of %s at revision %s" % (p["repo_id"], p["revision"]), exc)
+        _hub_error(module, "reading metadata of %s at revision %s failed:" % (p["repo_id"], p["revision"]), exc)
     commit = info.sha
     siblings = list(filter_repo_objects(info.siblings or [], allow_patterns=p["allow_patterns"],
                                         ignore_patterns=p["ignore_patterns"], key=lambda s: s.rfilename))
@@ -328,7 +329,8 @@ def main():
             _complete_after, still = hfd.local_state(local_dir, manifest)
             result.update(progress=last, files_downloaded=sorted({f["path"] for f in to_download} - {f["path"] for f in still}))
             result["bytes_downloaded"] = sum(f["size"] for f in to_download if f["path"] in result["files_downloaded"])
-            _hub_error(module, "downloading %s@%s into %s" % (p["repo_id"], commit, local_dir), exc,
+            _hub_error(module, "downloading %s@%s into %s, %d file(s) not complete: %s:" % (
+                p["repo_id"], commit, local_dir, len(still), ", ".join(f["path"] for f in still)), exc,
                        changed=bool(result["files_downloaded"]), seconds=round(time.time() - started, 3),
                        **dict(result, files_missing=[f["path"] for f in still]))
         result["progress"] = progress.stop("done")

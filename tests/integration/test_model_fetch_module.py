@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import random
 import subprocess
 import sys
 
@@ -22,12 +23,18 @@ PLAYBOOK_BIN = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
 PYTHON = os.path.join(REPO, ".venv", "bin", "python")
 REPO_A = "llmfleet-test/tiny-llama-a"
 SHARD1 = "model-00001-of-00004.safetensors"
+BIG_SIZE = 24 * 1024 * 1024
+HF_CHUNK = 10 * 1024 * 1024  # huggingface_hub constants.DOWNLOAD_CHUNK_SIZE
 
 
 @pytest.fixture(scope="module")
 def hub(tiny_models, tmp_path_factory):
     root = tmp_path_factory.mktemp("hub")
     shutil.copytree(os.path.join(tiny_models, "tiny-llama-a"), root / "llmfleet-test" / "tiny-llama-a")
+    big = root / "llmfleet-test" / "big-blob"
+    big.mkdir()
+    (big / "config.json").write_text("{}\n")
+    (big / "weights.bin").write_bytes(random.Random(7).randbytes(BIG_SIZE))
     with LocalHub(str(root)) as server:
         yield server
 
@@ -139,3 +146,14 @@ def test_margin_larger_than_free_space(hub, tmp_path):
     res = snapshot(hub, local_dir=str(tmp_path / "m"), space_margin_bytes=10 ** 18)
     assert res["failed"] and "GB missing" in res["msg"] and res["space"]["missing_bytes"] > 10 ** 17
     assert gets(hub) == [] and not (tmp_path / "m").exists()
+
+
+def test_dropped_connection_is_resumed_in_run_with_range(hub, tmp_path):
+    """huggingface_hub writes 10 MiB chunks; a drop after 12 MB resumes with Range from the first chunk's end."""
+    hub.set_faults({"repos": {"llmfleet-test/big-blob": {"files": {"weights.bin": {"drop_at": 12_000_000, "drop_times": 1}}}}})
+    res = snapshot(hub, repo_id="llmfleet-test/big-blob", local_dir=str(tmp_path / "m"))
+    assert res["changed"] and not res.get("failed"), res
+    blob_gets = [e for e in hub.requests() if e["method"] == "GET" and e.get("file") == "weights.bin"]
+    assert [e["range"] for e in blob_gets] == [None, "bytes=%d-" % HF_CHUNK], blob_gets
+    assert blob_gets[0]["bytes_sent"] == 12_000_000 and blob_gets[1]["bytes_sent"] == BIG_SIZE - HF_CHUNK
+    assert os.path.getsize(tmp_path / "m" / "weights.bin") == BIG_SIZE

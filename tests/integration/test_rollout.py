@@ -34,6 +34,12 @@ HOSTS = {
 TIMINGS: dict[str, float] = {}
 
 
+@pytest.fixture(scope="module")
+def image(request) -> str:
+    """The vLLM test-bed image; LLMFLEET_TEST_IMAGE names an already cached one (skips a rebuild)."""
+    return os.environ.get("LLMFLEET_TEST_IMAGE") or request.getfixturevalue("vllm_image")
+
+
 def _ssh(host: str, *cmd: str) -> str:
     return subprocess.run([TESTBED, "ssh", host, *cmd], capture_output=True, text=True, check=False).stdout.strip()
 
@@ -74,7 +80,7 @@ def _write_inventory(inv, results, faulty: str | None = None) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory, vllm_image):
+def fleet(tmp_path_factory, image):
     inv = tmp_path_factory.mktemp("rollout-inventory")
     results = tmp_path_factory.mktemp("rollout-results")
     os.symlink(os.path.join(REPO, "inventory", "testbed", "group_vars"), inv / "group_vars")
@@ -103,7 +109,7 @@ def fleet(tmp_path_factory, vllm_image):
     subprocess.run([HUB, "start", HUB_PORT], check=True)
     try:
         for host, (ssh_port, _) in HOSTS.items():
-            subprocess.run([TESTBED, "up", host, ssh_port, vllm_image], check=True, capture_output=True)
+            subprocess.run([TESTBED, "up", host, ssh_port, image], check=True, capture_output=True)
         yield Fleet()
     finally:
         print(f"\nrollout timings (s): {TIMINGS}; logs and reports under {results}")
@@ -190,3 +196,63 @@ def test_4_rerun_continues_where_it_stopped(fleet):
     assert "3/3 hosts serve tiny-llama-a" in report and "| fleet-r1 | tiny-llama-a | unchanged |" in report, report
     assert "| fleet-r2 | tiny-llama-a | pivoted | tiny-llama-b |" in report, report
     print(report)
+
+
+# --- Multi-node Ray (playbooks/ray-cluster.yml): what the CPU test bed can check -------------------------
+# Two test hosts (the vLLM CPU image) become a Ray head and a worker: Ray is installed into the vLLM venv,
+# the units are rendered and pass `systemd-analyze verify`, the head starts first, the worker joins, and
+# the play waits until `ray status` lists both nodes. vLLM itself is not started over Ray (ray_serve=false):
+# a real multi-node vLLM run needs GPUs on several hosts (docs/multinode-ray.md).
+RAY_HOSTS = {"fleet-ray1": "2274", "fleet-ray2": "2275"}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory, image):
+    inv = tmp_path_factory.mktemp("ray-inventory")
+    os.symlink(os.path.join(REPO, "inventory", "testbed", "group_vars"), inv / "group_vars")
+    head, worker = RAY_HOSTS
+    (inv / "hosts.yml").write_text(
+        "all:\n  vars:\n    ray_node_ip: 127.0.0.1\n    ray_port: 6391\n    ray_num_gpus: 0\n    ray_prestage: false\n"
+        "    ray_serve: false\n  children:\n"
+        f"    ray_head:\n      hosts:\n        {head}: {{ansible_port: {RAY_HOSTS[head]}}}\n"
+        f"    ray_workers:\n      hosts:\n        {worker}: {{ansible_port: {RAY_HOSTS[worker]}}}\n")
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        return subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inv),
+                               os.path.join(REPO, "playbooks", "ray-cluster.yml"), "-e", "ray_model=tiny-llama-a", *extra],
+                              capture_output=True, text=True, env=env, cwd=REPO, check=False)
+
+    try:
+        for host, port in RAY_HOSTS.items():
+            subprocess.run([TESTBED, "up", host, port, image], check=True, capture_output=True)
+        yield run
+    finally:
+        for host in RAY_HOSTS:
+            subprocess.run([TESTBED, "down", host], check=False, capture_output=True)
+
+
+def test_ray_cluster_units_verify_and_nodes_join_in_order(ray_cluster):
+    start = time.monotonic()
+    result = ray_cluster()
+    TIMINGS["ray-cluster"] = round(time.monotonic() - start, 1)
+    out = result.stdout
+    assert result.returncode == 0, _tail(result)
+    assert "Verify the units with systemd-analyze" in out
+    # Ordering: head first, then the workers join, then the wait for every node.
+    assert out.index("TASK [Start ray-head.service]") < out.index("TASK [Start ray-worker.service]") \
+        < out.index("TASK [Wait until `ray status` lists all 2 nodes]")
+    head, worker = RAY_HOSTS
+    assert _ssh(head, "systemctl", "is-active", "ray-head.service") == "active"
+    assert _ssh(worker, "systemctl", "is-active", "ray-worker.service") == "active"
+    assert "2/2 nodes active" in _ssh(head, "/usr/local/libexec/llmfleet/ray-wait-nodes", "2", "0")
+    unit = _ssh(head, "cat", "/etc/systemd/system/vllm-tiny-llama-a-ray.service")
+    for arg in ("--distributed-executor-backend ray", "--pipeline-parallel-size 2", "--tensor-parallel-size 1",
+                "BindsTo=ray-head.service", "ExecStartPre=/usr/local/libexec/llmfleet/ray-wait-nodes 2 600"):
+        assert arg in unit.replace(" \\\n", " ").replace("\n    ", " ") or arg in unit, (arg, unit)
+    assert _ssh(head, "systemd-analyze", "verify", "/etc/systemd/system/vllm-tiny-llama-a-ray.service",
+                "/etc/systemd/system/ray-head.service", "&&", "echo", "ok").endswith("ok")
+    # A second run changes nothing (no restart of the head or the worker).
+    again = ray_cluster()
+    assert again.returncode == 0, _tail(again)
+    assert "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-3000:]

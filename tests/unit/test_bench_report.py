@@ -265,5 +265,5 @@ def test_plot_is_a_valid_png(tmp_path):
 
 def test_plot_one_sided(tmp_path):
     cmp = br.compare_records(record("solo", {1: 5.0, 2: 9.0}), None)
-    width, height, _ = png_size(br.plot_png(cmp, str(tmp_path / "solo.png")))
-    assert width > 0 and height > 0
+    width, height, size = png_size(br.plot_png(cmp, str(tmp_path / "solo.png")))
+    assert width > 0 and height > 0 and size > 5000
