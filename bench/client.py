@@ -195,7 +195,7 @@ def main():
                 if vllm_ok:
                     r = theirs(port, c, n, a.input_len, a.output_len, a.tokenizer, pin, a.machine)
                     lvl["vllm"].append(r)
-                    print("c=%d run %d vllm: %.0f tok/s (%d tokens, endpoint sent %d, cpu %.1fs)"
+                    print("c=%d run %d vllm: %.0f tok/s (%d tokens, endpoint sent %d, cpu %.2fs)"
                           % (c, i, r["output_tok_s"], r["output_tokens"], r["endpoint_sent"], r["cpu_s"]), flush=True)
             results["levels"].append(lvl)
             os.makedirs(os.path.dirname(a.out), exist_ok=True)

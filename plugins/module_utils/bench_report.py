@@ -385,15 +385,22 @@ def render_markdown(cmp, title=None, plot_name=None):
     lines.append("| Time to ready | %s | %s |" % (_ready(cur["time_to_ready_s"]),
                                                  _ready(prev["time_to_ready_s"]) if prev else "—"))
 
+    notes = []
+
     def energy(side, key):
         gp = side["gpu_power"]
         if not gp.get("available"):
-            return "n/a (%s)" % (gp.get("reason") or "no GPU power data")
+            note = "GPU power of %s not measured: %s." % (side["model"], gp.get("reason") or "no GPU power data")
+            if note not in notes:
+                notes.append(note)
+            return "n/a"
         vals = [r[key] for r in cmp["rows"] if r[key] is not None]
         return "%.3f J/token (best), %s W mean" % (min(vals), _f(gp.get("watts_mean"), "%.0f")) if vals else "n/a"
 
     lines.append("| GPU energy | %s | %s |" % (energy(cur, "current_joules_per_token"),
                                               energy(prev, "previous_joules_per_token") if prev else "—"))
+    lines.append("")
+    lines.extend(notes)
     lines.append("")
     if prev:
         if cmp["speedup_min"] is not None:

@@ -131,7 +131,7 @@ def test_1_first_rollout_from_nothing(fleet):
     assert "3/3 hosts serve tiny-llama-a" in report, report
     # Pre-stage ran on every host before the first switch.
     out = result.stdout
-    assert out.index("Download and verify tiny-llama-a while the old model keeps serving") < out.index("Stop the previous model")
+    assert out.index("Download and verify the model while the old one keeps serving: tiny-llama-a") < out.index("Stop the previous model")
 
 
 def test_2_clean_rollout_a_to_b(fleet):
@@ -241,7 +241,7 @@ def test_ray_cluster_units_verify_and_nodes_join_in_order(ray_cluster):
     assert "Verify the units with systemd-analyze" in out
     # Ordering: head first, then the workers join, then the wait for every node.
     assert out.index("TASK [Start ray-head.service]") < out.index("TASK [Start ray-worker.service]") \
-        < out.index("TASK [Wait until `ray status` lists all 2 nodes]")
+        < out.index("TASK [Wait until `ray status` lists every node: 2]")
     head, worker = RAY_HOSTS
     assert _ssh(head, "systemctl", "is-active", "ray-head.service") == "active"
     assert _ssh(worker, "systemctl", "is-active", "ray-worker.service") == "active"

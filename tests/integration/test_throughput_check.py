@@ -268,18 +268,9 @@ def test_duration_mode(stream_server, tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# Real vLLM.  The `vllm_server` fixture (base_url, model) is provided by tests/integration/conftest.py.
-# TEMPORARY stand-in below (reads LLMFLEET_VLLM_URL / LLMFLEET_VLLM_MODEL): remove it once conftest.py
-# provides `vllm_server`; a module-level fixture would shadow the conftest one.
+# Real vLLM: the `vllm_server` fixture (tests/integration/conftest.py) serves tiny-llama-a with
+# vLLM's CPU engine inside a systemd test host.
 # --------------------------------------------------------------------------------------------
-if os.environ.get("LLMFLEET_VLLM_URL"):  # TEMPORARY: replace with the conftest.py fixture
-    class _EnvVllm(object):
-        base_url = os.environ["LLMFLEET_VLLM_URL"]
-        model = os.environ.get("LLMFLEET_VLLM_MODEL")
-
-    @pytest.fixture
-    def vllm_server():
-        return _EnvVllm()
 
 
 def test_real_vllm_tok_s_matches_server_metrics(vllm_server, tmp_path):

@@ -92,6 +92,8 @@ def test_level_power_split_and_energy_per_token():
     power = {"available": True, "reason": None, "source": "nvml", "watts_mean": 250.0, "samples": samples}
     tc = [{"levels": [tc_level(8, 200.0, duration=10.0)], "started_at": 10.0}]
     rec = br.build_record("h", "m", "t", tc, power=power, level_windows={8: (10.0, 20.0)})
+    md = br.render_markdown(br.compare_records(rec, None))
+    assert "| GPU energy | 2.000 J/token (best), 250 W mean | — |" in md
     pw = rec["levels"][0]["power"]
     assert pw["watts_mean"] == 400.0
     assert pw["joules"] == 4000.0
@@ -155,7 +157,8 @@ def test_comparison_rows_and_speedups():
     assert "| Time to ready | 75 s | 780 s (13.0 min) |" in md
     assert "Speedup (minimax-m25 over kimi-k25, output tok/s): 1.38× to 2.02×." in md
     assert "![output tok/s vs concurrency](x.png)" in md
-    assert "n/a (not sampled)" in md
+    assert "| GPU energy | n/a | n/a |" in md
+    assert "GPU power of minimax-m25 not measured: not sampled." in md
 
 
 def test_missing_levels_on_either_side():
