@@ -45,12 +45,14 @@ integration: venv ## module and playbook integration tests on real files, proces
 	$(BIN)/pytest -q tests/integration
 
 molecule: venv ## every molecule scenario (converge, idempotence, verify) on nspawn systemd hosts
-	for s in $$(ls molecule | grep -v "^_"); do $(BIN)/molecule test -s $$s || exit 1; done
+	rc=0; for s in $$(ls molecule | grep -v "^_"); do \
+	  echo "=== molecule scenario $$s ($$(date -u +%T))"; $(BIN)/molecule test -s $$s || rc=1; done; exit $$rc
 
 testbed: ## build the cached systemd test-host rootfs
 	tools/testbed/testbed.sh build
 
-test: lint sanity unit integration molecule ## everything CI runs
+test: venv ## everything CI runs: lint, sanity, unit, then integration and molecule side by side
+	tools/run-tests.sh
 
 demo: venv testbed ## pivot a local systemd test host between two tiny models on the vLLM CPU engine
 	tools/demo.sh

@@ -430,7 +430,6 @@ class ResponseParser(object):
         self.keep_alive = False
 
 
-
 def _event_data(block):
     """The joined ``data`` field of one SSE event block (bytes, LF line ends) or None."""
     out = []

@@ -329,10 +329,10 @@ def main():
             _complete_after, still = hfd.local_state(local_dir, manifest)
             result.update(progress=last, files_downloaded=sorted({f["path"] for f in to_download} - {f["path"] for f in still}))
             result["bytes_downloaded"] = sum(f["size"] for f in to_download if f["path"] in result["files_downloaded"])
-            _hub_error(module, "downloading %s@%s into %s, %d file(s) not complete: %s:" % (
-                p["repo_id"], commit, local_dir, len(still), ", ".join(f["path"] for f in still)), exc,
-                       changed=bool(result["files_downloaded"]), seconds=round(time.time() - started, 3),
-                       **dict(result, files_missing=[f["path"] for f in still]))
+            message = "downloading %s@%s into %s, %d file(s) not complete: %s:" % (
+                p["repo_id"], commit, local_dir, len(still), ", ".join(f["path"] for f in still))
+            _hub_error(module, message, exc, changed=bool(result["files_downloaded"]),
+                       seconds=round(time.time() - started, 3), **dict(result, files_missing=[f["path"] for f in still]))
         result["progress"] = progress.stop("done")
         _complete_after, still = hfd.local_state(local_dir, manifest)
         if still:

@@ -531,8 +531,8 @@ def main():
             json.dump(result, f, indent=2, sort_keys=True)
         os.rename(tmp, path)
         result["results_path"] = path
-    summary = ", ".join("c=%d: %.1f tok/s, %d/%d ok" % (lv["concurrency"], lv["output_tok_s"], lv["completed"],
-                                                         lv["requests"]) for lv in result["levels"])
+    summary = ", ".join("c=%d: %.1f tok/s, %d/%d ok" % (lv["concurrency"], lv["output_tok_s"], lv["completed"], lv["requests"])
+                        for lv in result["levels"])
     if result["failures"] and p["fail_on_threshold"]:
         module.fail_json(msg="throughput check failed: " + " | ".join(result["failures"]), changed=False, **result)
     result["msg"] = ("throughput check passed: " if result["passed"] else "throughput check below thresholds: ") + summary

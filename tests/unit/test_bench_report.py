@@ -270,3 +270,20 @@ def test_plot_one_sided(tmp_path):
     cmp = br.compare_records(record("solo", {1: 5.0, 2: 9.0}), None)
     width, height, size = png_size(br.plot_png(cmp, str(tmp_path / "solo.png")))
     assert width > 0 and height > 0 and size > 5000
+
+
+def test_cli_writes_report_and_plot(tmp_path):
+    import subprocess
+    import sys
+    root = tmp_path / "results"
+    write(root / "gpu1" / "kimi-k25" / "20261201T100000Z.json", record("kimi-k25", KIMI))
+    cur = write(root / "gpu1" / "minimax-m25" / "20261202T100000Z.json", record("minimax-m25", MINIMAX, ts="20261202T100000Z"))
+    cli = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "bench_report.py")
+    p = subprocess.run([sys.executable, cli, cur, "--compare-to", "kimi-k25", "--results-dir", str(root),
+                        "--out", str(tmp_path / "out")], capture_output=True, text=True, check=False)
+    assert p.returncode == 0, p.stderr
+    md = (tmp_path / "out" / "minimax-m25_vs_kimi-k25_20261202T100000Z.md").read_text()
+    assert "| 128 | 2500.0 | 1239.0 | 2.02× |" in md
+    png_size(str(tmp_path / "out" / "minimax-m25_vs_kimi-k25_20261202T100000Z.png"))
+    p = subprocess.run([sys.executable, cli, str(tmp_path / "missing.json")], capture_output=True, text=True, check=False)
+    assert p.returncode == 2 and "cannot read benchmark record" in p.stderr

@@ -217,8 +217,8 @@ def test_synthetic_nvlink_topology_detected():
     assert topo["nvlink"] is True and topo["gpus"] == 4
     assert topo["matrix"]["GPU2"] == {"GPU0": "NV18", "GPU1": "NV18", "GPU3": "NV18"}
     facts, _x = nvidia.gather(smi_run=smi_runner("synthetic-8x-rtxpro6000-query-gpu.txt",
-                                                "synthetic-4x-nvlink-topo-m.txt",
-                                                "synthetic-8x-rtxpro6000-nvidia-smi.txt"))
+                                                 "synthetic-4x-nvlink-topo-m.txt",
+                                                 "synthetic-8x-rtxpro6000-nvidia-smi.txt"))
     assert facts["topology"]["interconnect"] == "nvlink"
 
 

@@ -119,7 +119,7 @@ def test_shm_cleanup_removes_only_unheld_stale_segments(rendered, tmp_path):
     shm = tmp_path / 'shm'  # never the host's /dev/shm: other processes' segments live there
     shm.mkdir()
     names = {key: shm / name for key, name in (('stale', 'nccl-shm-stale'), ('held', 'psm_held'), ('mapped', 'sem.mp-mapped'),
-                                                ('fresh', 'sem.mp-fresh'), ('other', 'unrelated'))}
+                                               ('fresh', 'sem.mp-fresh'), ('other', 'unrelated'))}
     for path in names.values():
         path.write_bytes(b'x' * 4096)
     for key in ('stale', 'held', 'mapped', 'other'):

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `make test`: static checks and unit tests first (fast, fail early), then the two long suites that
+# mostly wait on real vLLM servers starting in systemd test hosts, side by side: pytest integration
+# and the molecule scenarios use distinct machines and ports, and vLLM's start-up is one core's work.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+export PATH=$repo/.venv/bin:$PATH ANSIBLE_CONFIG=$repo/ansible.cfg ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 NO_COLOR=1 PY_COLORS=0
+logs=$repo/tests/output/logs
+mkdir -p "$logs"
+stamp() { date -u +%H:%M:%S; }
+step() { printf '\n=== [%s] %s\n' "$(stamp)" "$*"; }
+
+step "lint"; make -s lint || exit 1
+step "sanity"; make -s sanity || exit 1
+step "unit"; make -s unit || exit 1
+
+step "test-bed images (debootstrap base, vLLM CPU engine via roles/vllm_install)"
+tools/testbed/testbed.sh build || exit 1
+tools/testbed/vllm-image.sh >"$logs/vllm-image.log" 2>&1 || { tail -50 "$logs/vllm-image.log"; exit 1; }
+
+step "integration and molecule, in parallel (logs: tests/output/logs/)"
+make -s integration >"$logs/integration.log" 2>&1 &
+integration=$!
+make -s molecule >"$logs/molecule.log" 2>&1 &
+molecule=$!
+wait $molecule; molecule_rc=$?
+wait $integration; integration_rc=$?
+
+step "molecule (rc=$molecule_rc)"
+grep -E "➜ .*(Executed|ERROR)|^ERROR|CRITICAL|failed=[1-9]" "$logs/molecule.log" | tail -60
+((molecule_rc == 0)) || tail -120 "$logs/molecule.log"
+step "integration (rc=$integration_rc)"
+if ((integration_rc != 0)); then grep -E "^(FAILED|ERROR)" "$logs/integration.log"; tail -150 "$logs/integration.log"; fi
+tail -5 "$logs/integration.log"
+((molecule_rc == 0 && integration_rc == 0))
