@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Client ceiling: output tok/s that throughput_check's load client can ingest vs `vllm bench serve`.
 

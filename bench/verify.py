@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Benchmark llmfleet.vllm.shard_verify against parallel sha256sum on a synthetic sharded model.
 

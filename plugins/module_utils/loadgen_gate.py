@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from urllib.error import HTTPError, URLError
-from urllib.request import Request, urlopen
+
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import parse_prometheus_counter
 
@@ -106,11 +108,8 @@ def _get(url, target, timeout):
     headers = {"Accept": "*/*"}
     if target.api_key:
         headers["Authorization"] = "Bearer %s" % target.api_key
-    req = Request(url, headers=headers)
-    kw = {"timeout": timeout}
-    if url.startswith("https://") and target.ssl is not None:
-        kw["context"] = target.ssl
-    resp = urlopen(req, **kw)  # nosec - URL comes from the module's options
+    validate_certs = target.ssl is None or target.ssl.verify_mode != ssl.CERT_NONE
+    resp = open_url(url, headers=headers, timeout=timeout, validate_certs=validate_certs)
     try:
         return resp.read()
     finally:

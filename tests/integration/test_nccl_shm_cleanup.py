@@ -290,7 +290,7 @@ def torch_python():
         return os.environ["LLMFLEET_TORCH_PYTHON"]
     python = os.path.join(TORCH_VENV, "bin", "python")
     probe = [python, "-c", "import torch; assert torch.__version__.startswith('%s')" % TORCH_VERSION]
-    if not os.access(python, os.X_OK) or subprocess.run(probe, capture_output=True).returncode != 0:
+    if not os.access(python, os.X_OK) or subprocess.run(probe, capture_output=True, check=False).returncode != 0:
         subprocess.run([sys.executable, "-m", "venv", "--clear", TORCH_VENV], check=True)
         local_wheels = os.path.isdir("/opt/wheels") and any(
             f.startswith("torch-%s+cpu" % TORCH_VERSION) for f in os.listdir("/opt/wheels"))

@@ -108,7 +108,7 @@ def fleet(tmp_path_factory, image):
 
     subprocess.run([HUB, "start", HUB_PORT], check=True)
     try:
-        for host, (ssh_port, _) in HOSTS.items():
+        for host, (ssh_port, _port) in HOSTS.items():
             subprocess.run([TESTBED, "up", host, ssh_port, image], check=True, capture_output=True)
         yield Fleet()
     finally:

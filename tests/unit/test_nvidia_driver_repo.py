@@ -60,7 +60,8 @@ HGX_H100 = ["0000:%02x:00.0 0x030200 0x2330" % bus for bus in range(0x18, 0x20)]
 L40S = ["0000:41:00.0 0x030200 0x26b9", "0000:41:00.1 0x040300 0x22ba"]
 
 
-def render(expr, facts=DEBIAN12, pci=(), **overrides):
+def render(expr, facts=None, pci=(), **overrides):
+    facts = DEBIAN12 if facts is None else facts
     variables = dict(DEFAULTS)
     variables.update(ROLE_VARS)
     variables.update(_trusted(overrides))
