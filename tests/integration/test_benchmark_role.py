@@ -146,7 +146,7 @@ def check_record(rec, model, concurrency):
         for key in ("ttft_s", "tpot_s", "itl_s"):
             assert set(lv[key]) == {"mean", "p50", "p90", "p99"}
             assert 0 <= lv[key]["p50"] <= lv[key]["p99"]     # ITL: chunks read together are 0 s apart
-        assert lv["ttft_s"]["p50"] > 0 and lv["tpot_s"]["p50"] > 0
+        assert lv["ttft_s"]["p50"] > 0
     # no GPU on the test hosts: said so, not invented
     assert rec["gpu_power"]["available"] is False and rec["gpu_power"]["reason"]
     assert all(lv["power"] is None for lv in rec["levels"])
