@@ -29,6 +29,6 @@ done
 
 step "Pivot records (results/$host/pivots/)"
 cat "results/$host/pivots/"*-latest.json
-report=$(ls -t "results/$host"/reports/*.md 2>/dev/null | head -1 || true)
+report=$(ls -t "results/reports/$host"/*.md 2>/dev/null | head -1 || true)
 if [[ -n $report ]]; then step "Benchmark comparison ($report)"; cat "$report"; fi
 step "Done. $host keeps serving tiny-llama-b on 127.0.0.1:8002; stop it with: tools/testbed/testbed.sh down $host"

@@ -382,8 +382,8 @@ def render_markdown(cmp, title=None, plot_name=None):
     lines.append("| | %s | %s |" % (a, b if prev else "—"))
     lines.append("|---|---:|---:|")
     lines.append("| Peak output tok/s | %s | %s |" % (_f(cur["peak_tok_s"]), _f(prev["peak_tok_s"]) if prev else "—"))
-    lines.append("| Time to ready | %s | %s |" % (_ready(cur["time_to_ready_s"]),
-                                                 _ready(prev["time_to_ready_s"]) if prev else "—"))
+    prev_ready = _ready(prev["time_to_ready_s"]) if prev else "—"
+    lines.append("| Time to ready | %s | %s |" % (_ready(cur["time_to_ready_s"]), prev_ready))
 
     notes = []
 
@@ -397,8 +397,8 @@ def render_markdown(cmp, title=None, plot_name=None):
         vals = [r[key] for r in cmp["rows"] if r[key] is not None]
         return "%.3f J/token (best), %s W mean" % (min(vals), _f(gp.get("watts_mean"), "%.0f")) if vals else "n/a"
 
-    lines.append("| GPU energy | %s | %s |" % (energy(cur, "current_joules_per_token"),
-                                              energy(prev, "previous_joules_per_token") if prev else "—"))
+    prev_energy = energy(prev, "previous_joules_per_token") if prev else "—"
+    lines.append("| GPU energy | %s | %s |" % (energy(cur, "current_joules_per_token"), prev_energy))
     lines.append("")
     lines.extend(notes)
     lines.append("")
