@@ -138,67 +138,49 @@ def test_1_first_rollout_from_nothing(fleet):
     assert out.index("Download and verify the model while the old one keeps serving: tiny-llama-a") < out.index("Stop the previous model")
 
 
-def test_2_clean_rollout_a_to_b(fleet):
-    pids = {h: _main_pid(h, "tiny-llama-a") for h in HOSTS}
-    result = fleet.rollout("2-a-to-b", "-e", "model=tiny-llama-b", "-e", "rollout_batch_size=2",
+def test_3_failed_second_batch_stops_the_rollout(fleet):
+    """a -> b in batches of one; fleet-r2 (second batch) fails its gate."""
+    r3_pid = _main_pid("fleet-r3", "tiny-llama-a")
+    fleet.set_fault("fleet-r2")
+    try:
+        result = fleet.rollout("3-a-to-b-fault", "-e", "model=tiny-llama-b", "-e", "rollout_batch_size=1",
+                               "-e", "rollout_min_tok_s_ratio=0.05")
+    finally:
+        fleet.set_fault(None)
+    assert result.returncode != 0, _tail(result)
+    # The canary was gated on tiny-llama-a's recorded throughput on the same host, and keeps the new model.
+    assert '"previous_tok_s": ' in result.stdout, _tail(result)
+    assert _serving("fleet-r1") == "tiny-llama-b" and _healthy("fleet-r1", "tiny-llama-b")
+    # The failed host was rolled back by the pivot role and serves the old model again.
+    assert "Rolled back" in result.stdout, _tail(result)
+    assert _serving("fleet-r2") == "tiny-llama-a" and _healthy("fleet-r2", "tiny-llama-a")
+    assert _is_active("fleet-r2", "tiny-llama-b") != "active"
+    # The host after the failed batch was never touched.
+    assert _serving("fleet-r3") == "tiny-llama-a" and _healthy("fleet-r3", "tiny-llama-a")
+    assert _main_pid("fleet-r3", "tiny-llama-a") == r3_pid
+    batches = result.stdout[result.stdout.index("PLAY [Roll"):result.stdout.index("PLAY [Fleet report")]
+    assert "[fleet-r3]" not in batches, batches[-3000:]
+    report = fleet.report("tiny-llama-b")
+    assert "| fleet-r1 | tiny-llama-b | pivoted |" in report, report
+    assert "| fleet-r2 | tiny-llama-a | failed |" in report, report
+    assert "| fleet-r3 | tiny-llama-a | stopped before its batch |" in report, report
+    assert "Rollout of tiny-llama-b stopped" in result.stdout
+    print(report)
+
+
+def test_4_rerun_continues_where_it_stopped(fleet):
+    r1_pid = _main_pid("fleet-r1", "tiny-llama-b")
+    result = fleet.rollout("4-a-to-b-rerun", "-e", "model=tiny-llama-b", "-e", "rollout_batch_size=2",
                            "-e", "rollout_min_tok_s_ratio=0.05")
     assert result.returncode == 0, _tail(result)
     for host in HOSTS:
         assert _serving(host) == "tiny-llama-b" and _healthy(host, "tiny-llama-b"), host
         assert _is_active(host, "tiny-llama-a") != "active", host
-        assert pids[host] != "0"
-    # The canary was gated on tiny-llama-a's recorded throughput on the same host.
-    assert '"previous_tok_s": ' in result.stdout, _tail(result)
+    # The canary already served tiny-llama-b: left alone, not restarted.
+    assert _main_pid("fleet-r1", "tiny-llama-b") == r1_pid
     report = fleet.report("tiny-llama-b")
-    assert "3/3 hosts serve tiny-llama-b" in report and "3 pivoted in this run" in report, report
-    for host in HOSTS:
-        assert f"| {host} | tiny-llama-b | pivoted | tiny-llama-a |" in report, report
-    # Batches: canary alone, then the other two together.
-    assert result.stdout.count("PLAY [Roll tiny-llama-b out") == 2
-    print(report)
-
-
-def test_3_failed_second_batch_stops_the_rollout(fleet):
-    r3_pid = _main_pid("fleet-r3", "tiny-llama-b")
-    fleet.set_fault("fleet-r2")
-    try:
-        result = fleet.rollout("3-b-to-a-fault", "-e", "model=tiny-llama-a", "-e", "rollout_batch_size=1",
-                               "-e", "rollout_min_tok_s_ratio=0.05")
-    finally:
-        fleet.set_fault(None)
-    assert result.returncode != 0, _tail(result)
-    # The canary batch keeps the new model.
-    assert _serving("fleet-r1") == "tiny-llama-a" and _healthy("fleet-r1", "tiny-llama-a")
-    # The failed host was rolled back by the pivot role and serves the old model again.
-    assert "Rolled back" in result.stdout, _tail(result)
-    assert _serving("fleet-r2") == "tiny-llama-b" and _healthy("fleet-r2", "tiny-llama-b")
-    assert _is_active("fleet-r2", "tiny-llama-a") != "active"
-    # The host after the failed batch was never touched.
-    assert _serving("fleet-r3") == "tiny-llama-b" and _healthy("fleet-r3", "tiny-llama-b")
-    assert _main_pid("fleet-r3", "tiny-llama-b") == r3_pid
-    batches = result.stdout[result.stdout.index("PLAY [Roll"):result.stdout.index("PLAY [Fleet report")]
-    assert "[fleet-r3]" not in batches, batches[-3000:]
-    report = fleet.report("tiny-llama-a")
-    assert "| fleet-r1 | tiny-llama-a | pivoted |" in report, report
-    assert "| fleet-r2 | tiny-llama-b | failed |" in report, report
-    assert "| fleet-r3 | tiny-llama-b | stopped before its batch |" in report, report
-    assert "Rollout of tiny-llama-a stopped" in result.stdout
-    print(report)
-
-
-def test_4_rerun_continues_where_it_stopped(fleet):
-    r1_pid = _main_pid("fleet-r1", "tiny-llama-a")
-    result = fleet.rollout("4-b-to-a-rerun", "-e", "model=tiny-llama-a", "-e", "rollout_batch_size=1",
-                           "-e", "rollout_min_tok_s_ratio=0.05")
-    assert result.returncode == 0, _tail(result)
-    for host in HOSTS:
-        assert _serving(host) == "tiny-llama-a" and _healthy(host, "tiny-llama-a"), host
-        assert _is_active(host, "tiny-llama-b") != "active", host
-    # The canary already served tiny-llama-a: left alone, not restarted.
-    assert _main_pid("fleet-r1", "tiny-llama-a") == r1_pid
-    report = fleet.report("tiny-llama-a")
-    assert "3/3 hosts serve tiny-llama-a" in report and "| fleet-r1 | tiny-llama-a | unchanged |" in report, report
-    assert "| fleet-r2 | tiny-llama-a | pivoted | tiny-llama-b |" in report, report
+    assert "3/3 hosts serve tiny-llama-b" in report and "| fleet-r1 | tiny-llama-b | unchanged |" in report, report
+    assert "| fleet-r2 | tiny-llama-b | pivoted | tiny-llama-a |" in report, report
     print(report)
 
 
