@@ -6,7 +6,7 @@
 Both clients stream from the same TEST FIXTURE endpoint (tests/fixtures/token_stream_server.py,
 its own process pinned to CPU 1, emitting tokens as fast as the client takes them); each client
 run is a fresh process pinned to CPU 0.  `vllm bench serve` runs inside the systemd test machine
-tb1 (venv /opt/vllm, entered with `testbed.sh exec`; it shares the host network, so the fixture's loopback port and the same
+a test-bed machine booted from the vLLM CPU image (venv /opt/vllm, entered with `testbed.sh exec`; it shares the host network, so the fixture's loopback port and the same
 cores), with --backend vllm --dataset-name random --ignore-eos.  Runs are interleaved (ours,
 vLLM's, ours, ...).  For every run the client's token count is compared with what the endpoint
 sent (the fixture's vllm:generation_tokens_total delta; vllm bench's one initial test request is
@@ -139,6 +139,20 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def ensure_machine(name, ssh_port="2237"):
+    """Boot test-bed machine `name` from the vLLM CPU image with tiny-llama-a's tokenizer, unless it is up."""
+    up = subprocess.run([TESTBED, "list"], capture_output=True, text=True, check=True).stdout.split()
+    if name in up:
+        return False
+    image = subprocess.run([os.path.join(REPO, "tools", "testbed", "vllm-image.sh")], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    subprocess.run([TESTBED, "up", name, ssh_port, image], check=True, capture_output=True)
+    models = os.path.join(os.environ.get("TESTBED_STATE", "/var/lib/llmfleet-testbed"), name, "rootfs", "srv", "models")
+    subprocess.run([sys.executable, os.path.join(REPO, "tools", "tinymodels", "make_tiny_models.py"), models,
+                    "--only", "tiny-llama-a"], check=True, capture_output=True)
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[64, 256, 1024])
@@ -147,7 +161,8 @@ def main():
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--prompts-per-concurrency", type=int, default=2, help="num prompts = this x concurrency")
     ap.add_argument("--min-prompts", type=int, default=256)
-    ap.add_argument("--machine", default="tb1")
+    ap.add_argument("--machine", default="bench-client",
+                    help="test-bed machine for vllm bench serve; booted from the vLLM image (and removed) if not up")
     ap.add_argument("--tokenizer", default="/srv/models/tiny-llama-a", help="tokenizer path inside the machine")
     ap.add_argument("--no-vllm", action="store_true", help="only measure our client")
     ap.add_argument("--ours-uvloop", action="store_true",
@@ -167,7 +182,9 @@ def main():
     port = int(srv.stdout.readline().split()[1])
     vllm_ok = not a.no_vllm
     why_not = None
+    booted = False
     if vllm_ok:
+        booted = ensure_machine(a.machine)
         install_runner(a.machine)
         chk = in_machine(a.machine, "test -e /opt/vllm/bin/python && test -e %s" % a.tokenizer,
                          capture_output=True, text=True, timeout=300, check=False)
@@ -203,6 +220,8 @@ def main():
     finally:
         srv.terminate()
         srv.wait()
+        if booted:
+            subprocess.run([TESTBED, "down", a.machine], check=False, capture_output=True)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(results, f, indent=2)
