@@ -233,7 +233,7 @@ def main():
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--workdir", default="/var/tmp")
-    parser.add_argument("--output", default=os.path.join(REPO_ROOT, "docs", "benchmarks-verify.md"))
+    parser.add_argument("--output", default=os.path.join(REPO_ROOT, "results", "bench-verify.md"))
     parser.add_argument("--keep", action="store_true", help="keep the synthetic model")
     parser.add_argument("--cold-method", choices=["drop_caches", "fadvise"], default="drop_caches",
                         help="how cold runs empty the page cache (drop_caches falls back to fadvise when not allowed)")
