@@ -17,7 +17,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 MACHINE, SSH_PORT, HUB_PORT = "itest-pivot", "2232", "18092"
 HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
-A_URL = "http://127.0.0.1:8001"
+# Ports of their own: test hosts share the host's network, and the molecule scenarios (run beside
+# this suite by `make test`) serve the tiny models on their catalog ports.
+PORTS = {"tiny-llama-a": {"port": 8401}, "tiny-llama-b": {"port": 8402}}
+A_URL = "http://127.0.0.1:8401"
 
 
 def _ssh(*cmd: str) -> str:
@@ -52,7 +55,8 @@ def pivot(tmp_path_factory, vllm_image):
     inv = tmp_path_factory.mktemp("pivot-inventory")
     (inv / "hosts.yml").write_text(
         f"all:\n  hosts:\n    {MACHINE}:\n      ansible_port: {SSH_PORT}\n"
-        f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}\n      pivot_benchmark: false\n")
+        f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}\n      pivot_benchmark: false\n"
+        f"      llmfleet_models_extra: {json.dumps(PORTS)}\n")
     os.symlink(os.path.join(REPO, "inventory", "testbed", "group_vars"), inv / "group_vars")
 
     def run(*extra: str) -> subprocess.CompletedProcess:
@@ -134,8 +138,16 @@ def test_corrupt_shard_on_the_hub_fails_verification_and_a_keeps_serving(pivot):
     assert _is_active("tiny-llama-b") in ("inactive", "unknown")
 
 
+def test_corrupt_shard_was_moved_aside_and_is_fetched_again(pivot):
+    """The previous test left B's corrupt shard in quarantine, so a later download fetches it again."""
+    quarantined = _ssh("ls", "/srv/models/tiny-llama-b/.cache/llmfleet/quarantine/")
+    assert "model-00002-of-00003.safetensors" in quarantined
+    assert _ssh("test", "-e", "/srv/models/tiny-llama-b/model-00002-of-00003.safetensors", "||", "echo", "gone") == "gone"
+
+
 def test_unit_that_fails_to_start_is_rolled_back(pivot):
-    extra = json.dumps({"llmfleet_models_extra": {"tiny-llama-b": {"serving": {"extra_args": ["--no-such-flag"]}}}})
+    bad_b = dict(PORTS["tiny-llama-b"], serving={"extra_args": ["--no-such-flag"]})
+    extra = json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-b": bad_b})})
     result = pivot("-e", "model=tiny-llama-b", "-e", extra)
     assert result.returncode != 0
     assert "Rolled back" in result.stdout, result.stdout[-4000:]
