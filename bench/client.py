@@ -6,7 +6,8 @@
 Both clients stream from the same TEST FIXTURE endpoint (tests/fixtures/token_stream_server.py,
 its own process pinned to CPU 1, emitting tokens as fast as the client takes them); each client
 run is a fresh process pinned to CPU 0.  `vllm bench serve` runs inside the systemd test machine
-a test-bed machine booted from the vLLM CPU image (venv /opt/vllm, entered with `testbed.sh exec`; it shares the host network, so the fixture's loopback port and the same
+a test-bed machine booted from the vLLM CPU image (venv /opt/vllm, entered with `testbed.sh exec`;
+it shares the host network, so the fixture's loopback port and the same
 cores), with --backend vllm --dataset-name random --ignore-eos.  Runs are interleaved (ours,
 vLLM's, ours, ...).  For every run the client's token count is compared with what the endpoint
 sent (the fixture's vllm:generation_tokens_total delta; vllm bench's one initial test request is
