@@ -28,7 +28,15 @@ for model in tiny-llama-a tiny-llama-b; do
 done
 
 step "Pivot records (results/$host/pivots/)"
-cat "results/$host/pivots/"*-latest.json
+python - "results/$host/pivots" <<'PY'
+import glob, json, os, sys
+print("| model | previous | downtime s (old stopped -> new ready) | load time s | gate tok/s by concurrency |")
+print("|---|---|---|---|---|")
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*-latest.json")), key=os.path.getmtime):
+    r = json.load(open(path))
+    gate = ", ".join("c=%d: %.0f" % (lv["concurrency"], lv["output_tok_s"]) for lv in r.get("gate", []))
+    print("| %s | %s | %s | %s | %s |" % (r["model"], r["previous_model"], r["downtime_s"], r["load_time_s"], gate))
+PY
 report=$(ls -t "results/reports/$host"/*.md 2>/dev/null | head -1 || true)
 if [[ -n $report ]]; then step "Benchmark comparison ($report)"; cat "$report"; fi
 step "Done. $host keeps serving tiny-llama-b on 127.0.0.1:8002; stop it with: tools/testbed/testbed.sh down $host"
