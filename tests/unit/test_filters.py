@@ -31,7 +31,7 @@ def serve_line(name, profile=None, **extra_serving):
      '--served-model-name minimax-m25 --tensor-parallel-size 8 --enable-expert-parallel --trust-remote-code'),
     ('glm5-nvfp4', None,
      '--served-model-name glm5-nvfp4 --tensor-parallel-size 8 --tokenizer zai-org/GLM-5 --trust-remote-code'),
-    ('tiny-llama-a', None, '--served-model-name tiny-llama-a --tensor-parallel-size 1 --max-model-len 256'),
+    ('tiny-llama-a', None, '--served-model-name tiny-llama-a --tensor-parallel-size 1 --max-model-len 256 --enforce-eager'),
 ])
 def test_serve_args_for_the_catalog_models(name, profile, expected):
     assert serve_line(name, profile) == expected
