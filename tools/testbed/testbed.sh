@@ -59,7 +59,8 @@ cmd_build() {
   log "base rootfs ready: $BASE ($(du -sh "$BASE" | cut -f1))"
 }
 
-leader_pid() { cat "$STATE/$1/leader.pid" 2>/dev/null; }
+# The machine's init: nspawn's child now (asked each time; early on nspawn briefly has a helper child).
+leader_pid() { pgrep -P "$(cat "$STATE/$1/nspawn.pid" 2>/dev/null)" 2>/dev/null | tail -1; }
 
 cmd_up() {
   local name=${1:?name} port=${2:?ssh port} image=${3:-}
@@ -68,7 +69,7 @@ cmd_up() {
   [[ $name =~ ^[a-z0-9][a-z0-9-]{0,30}$ ]] || die "machine name '$name' must match [a-z0-9-]"
   cmd_build
   local dir=$STATE/$name root=$STATE/$name/rootfs
-  if [[ -f $dir/leader.pid ]] && kill -0 "$(leader_pid "$name")" 2>/dev/null; then
+  if [[ -f $dir/nspawn.pid ]] && kill -0 "$(cat "$dir/nspawn.pid")" 2>/dev/null; then
     log "$name already up (pid $(leader_pid "$name"))"; return
   fi
   cmd_down "$name" 2>/dev/null   # leftovers of an earlier run under this name
@@ -104,10 +105,9 @@ cmd_up() {
     sleep 0.5
   done
   [[ -n $leader ]] || die "no init process for $name"
-  echo "$leader" >"$dir/leader.pid"
   for i in $(seq 1 120); do
     if ssh_cmd "$name" true 2>/dev/null; then
-      log "$name is up: leader pid $leader, $(nsenter -t "$leader" -a systemctl is-system-running 2>/dev/null || true)"
+      log "$name is up: init pid $(leader_pid "$name"), $(nsenter -t "$(leader_pid "$name")" -a systemctl is-system-running 2>/dev/null || true)"
       return
     fi
     sleep 1
@@ -164,8 +164,8 @@ cmd_exec() { local name=${1:?name}; shift; nsenter -t "$(leader_pid "$name")" -a
 cmd_list() {
   local d
   for d in "$STATE"/*/; do
-    [[ -f $d/leader.pid ]] || continue
-    kill -0 "$(cat "$d/leader.pid")" 2>/dev/null && printf '%s ssh_port=%s\n' "$(basename "$d")" "$(cat "$d/ssh_port")"
+    [[ -f $d/nspawn.pid ]] || continue
+    kill -0 "$(cat "$d/nspawn.pid")" 2>/dev/null && printf '%s ssh_port=%s\n' "$(basename "$d")" "$(cat "$d/ssh_port")"
   done
 }
 
