@@ -1,0 +1,45 @@
+"""Wait until a vLLM unit answers /health, or fail as soon as systemd says it crashed.
+
+    wait-ready.py UNIT HEALTH_URL TIMEOUT_S INTERVAL_S
+
+Exit 0 when /health answers 200; 3 when the unit failed or its main process exited during start-up
+(a bad flag, an import error: no use waiting out a 30-minute load timeout); 4 on timeout.
+"""
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+def unit_state(unit):
+    out = subprocess.run(["systemctl", "show", "-P", "ActiveState", "-P", "NRestarts", unit],
+                         capture_output=True, text=True, check=False).stdout.split()
+    return (out + ["", "0"])[:2]
+
+
+def healthy(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def main():
+    unit, url, timeout_s, interval_s = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+    restarts_at_start = int(unit_state(unit)[1] or 0)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if healthy(url):
+            return 0
+        state, restarts = unit_state(unit)
+        if state == "failed" or int(restarts or 0) > restarts_at_start:
+            print("%s crashed during start-up (ActiveState=%s, NRestarts=%s)" % (unit, state, restarts))
+            return 3
+        time.sleep(interval_s)
+    print("%s did not answer %s within %.0f s" % (unit, url, timeout_s))
+    return 4
+
+
+if __name__ == "__main__":
+    sys.exit(main())
