@@ -12,9 +12,11 @@ import urllib.request
 
 
 def unit_state(unit):
-    out = subprocess.run(["systemctl", "show", "-P", "ActiveState", "-P", "NRestarts", unit],
-                         capture_output=True, text=True, check=False).stdout.split()
-    return (out + ["", "0"])[:2]
+    """(ActiveState, NRestarts) of the unit."""
+    out = subprocess.run(["systemctl", "show", "--property=ActiveState,NRestarts", unit],
+                         capture_output=True, text=True, check=False).stdout
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return props.get("ActiveState", ""), int(props.get("NRestarts") or 0)
 
 
 def healthy(url):
@@ -27,13 +29,13 @@ def healthy(url):
 
 def main():
     unit, url, timeout_s, interval_s = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-    restarts_at_start = int(unit_state(unit)[1] or 0)
+    restarts_at_start = unit_state(unit)[1]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if healthy(url):
             return 0
         state, restarts = unit_state(unit)
-        if state == "failed" or int(restarts or 0) > restarts_at_start:
+        if state == "failed" or restarts > restarts_at_start:
             print("%s crashed during start-up (ActiveState=%s, NRestarts=%s)" % (unit, state, restarts))
             return 3
         time.sleep(interval_s)
