@@ -162,10 +162,12 @@ def test_corrupt_file_fails_verification_naming_shard(play, hub):
     hub.set_faults({"repos": {REPO_A: {"files": {SHARD2: {"corrupt": True}}}}})
     run = play(model_a("/srv/t-corrupt"))
     assert run.rc != 0, run
-    failed = run.out[run.out.index("TASK [llmfleet.vllm.model_fetch : Verify the model against its manifest]"):]
+    failed = run.out[run.out.index("TASK [llmfleet.vllm.model_fetch : Run shard_verify]"):]
     assert "fatal:" in failed and SHARD2 in failed, run
     assert "hash" in failed.split("fatal:", 1)[1]
     assert [e for e in hub.requests() if "corrupt" in e["faults"]]
+    # The bad shard is moved aside (not deleted) so that the next run fetches it again.
+    assert "the next run downloads them again" in run.out, run
 
 
 def test_dropped_download_fails_then_resumes_without_refetching(play, hub):
