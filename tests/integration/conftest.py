@@ -51,6 +51,50 @@ def _wait_healthy(base_url: str, timeout_s: float) -> None:
     raise TimeoutError(f"vLLM at {base_url} not ready after {timeout_s}s")
 
 
+class TokenStreamServer:
+    """tests/fixtures/token_stream_server.py (a TEST FIXTURE endpoint) in its own process."""
+
+    def __init__(self, *args):
+        script = os.path.join(REPO, "tests", "fixtures", "token_stream_server.py")
+        self.proc = subprocess.Popen([sys.executable, script, "--port", "0"] + [str(a) for a in args],
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("READY "):
+            self.proc.kill()
+            raise RuntimeError("fixture server did not start: %r" % line)
+        self.port = int(line.split()[1])
+        self.base_url = "http://127.0.0.1:%d" % self.port
+        self.model = "fixture-model"
+
+    def metric(self, name):
+        text = urllib.request.urlopen(self.base_url + "/metrics", timeout=5).read().decode()
+        for line in text.splitlines():
+            if line.startswith(name):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture
+def stream_server():
+    """Start fast local token-stream endpoints (stream_server(*args)); all are stopped afterwards."""
+    servers = []
+
+    def start(*args):
+        servers.append(TokenStreamServer(*args))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> str:
     """Directory holding the tiny test models (tiny-llama-a, tiny-llama-b), generated locally."""

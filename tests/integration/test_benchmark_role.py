@@ -20,7 +20,6 @@ import urllib.request
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIXTURE_SERVER = os.path.join(REPO, "tests", "fixtures", "token_stream_server.py")
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 STATE = os.environ.get("TESTBED_STATE", "/var/lib/llmfleet-testbed")
 PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
@@ -31,35 +30,7 @@ LEVEL_KEYS = {"concurrency", "requests", "completed", "failed", "error_rate", "e
               "ttft_s", "tpot_s", "itl_s", "latency_s", "duration_s", "output_tokens", "power"}
 
 
-class FixtureServer(object):
-    def __init__(self, *args):
-        self.proc = subprocess.Popen([sys.executable, FIXTURE_SERVER, "--port", "0"] + [str(a) for a in args],
-                                     stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line.startswith("READY "):
-            self.proc.kill()
-            raise RuntimeError("fixture server did not start: %r" % line)
-        self.base_url = "http://127.0.0.1:%d" % int(line.split()[1])
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
-@pytest.fixture
-def stream_server():
-    servers = []
-
-    def start(*args):
-        servers.append(FixtureServer(*args))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.stop()
+# `stream_server` (tests/integration/conftest.py) starts the token-stream fixture endpoint.
 
 
 def _play(role_vars, out, host_vars):

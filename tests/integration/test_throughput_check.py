@@ -11,58 +11,16 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIXTURE_SERVER = os.path.join(REPO, "tests", "fixtures", "token_stream_server.py")
 PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 # The module runs on the target with its system python (stdlib only): use the host's.
 TARGET_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
-class FixtureServer(object):
-    """tests/fixtures/token_stream_server.py in its own process."""
-
-    def __init__(self, *args):
-        self.proc = subprocess.Popen([sys.executable, FIXTURE_SERVER, "--port", "0"] + [str(a) for a in args],
-                                     stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line.startswith("READY "):
-            self.proc.kill()
-            raise RuntimeError("fixture server did not start: %r" % line)
-        self.port = int(line.split()[1])
-        self.base_url = "http://127.0.0.1:%d" % self.port
-        self.model = "fixture-model"
-
-    def metric(self, name):
-        text = urllib.request.urlopen(self.base_url + "/metrics", timeout=5).read().decode()
-        for line in text.splitlines():
-            if line.startswith(name):
-                return float(line.rsplit(" ", 1)[1])
-        return None
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
-@pytest.fixture
-def stream_server():
-    servers = []
-
-    def start(*args):
-        s = FixtureServer(*args)
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        s.stop()
+# `stream_server` (tests/integration/conftest.py) starts the token-stream fixture endpoint.
 
 
 def run_module(tmp_path, args, check=False, timeout=300, extra_env=None):
