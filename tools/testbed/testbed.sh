@@ -22,6 +22,11 @@ PACKAGES=systemd,systemd-sysv,dbus,python3,python3-venv,python3-pip,python3-apt,
 ROOTFS_KEY=$(printf '%s %s %s v1' "$SUITE" "$PACKAGES" "$MIRROR" | sha256sum | cut -c1-12)
 BASE=$CACHE/rootfs-$SUITE-$ROOTFS_KEY
 SSH_KEY=$CACHE/id_ed25519
+# hybrid (default): systemd inside tracks units on cgroup v2 and learns at once that a stopped
+# unit's cgroup is empty; legacy: cgroup v1 only, where that notification never reaches a
+# container and every stop waits out TimeoutStopSec.
+CGROUP_MODE=${TESTBED_CGROUP_MODE:-hybrid}
+CGROUP_HIERARCHIES=(/sys/fs/cgroup/systemd /sys/fs/cgroup/unified)
 
 log() { printf '[testbed] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -59,6 +64,22 @@ cmd_build() {
   log "base rootfs ready: $BASE ($(du -sh "$BASE" | cut -f1))"
 }
 
+# Without systemd as the host's PID 1 nobody gives nspawn a cgroup of its own: every machine would
+# put its units under the same /payload tree. Each machine gets its own cgroup in every hierarchy.
+machine_cgroups() { local h; for h in "${CGROUP_HIERARCHIES[@]}"; do [[ -d $h ]] && echo "$h/llmfleet-testbed/$1"; done; }
+
+enter_machine_cgroup() {
+  local cg
+  for cg in $(machine_cgroups "$1"); do mkdir -p "$cg"; echo "$BASHPID" >"$cg/cgroup.procs"; done
+}
+
+remove_machine_cgroup() {
+  local cg
+  for cg in $(machine_cgroups "$1"); do
+    [[ -d $cg ]] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+}
+
 # The machine's init: nspawn's child now (asked each time; early on nspawn briefly has a helper child).
 leader_pid() { pgrep -P "$(cat "$STATE/$1/nspawn.pid" 2>/dev/null)" 2>/dev/null | tail -1; }
 
@@ -93,8 +114,17 @@ cmd_up() {
   [[ -d /opt/wheels ]] && binds+=(--bind-ro=/opt/wheels)   # local wheels (torch CPU) where the machine has them
   [[ -n ${TESTBED_EXTRA_BIND:-} ]] && binds+=(--bind="$TESTBED_EXTRA_BIND")
   log "booting $name (ssh 127.0.0.1:$port)"
-  SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=0 setsid systemd-nspawn -b -D "$root" --register=no --keep-unit \
-    -M "$name" "${binds[@]}" </dev/null >"$dir/console.log" 2>&1 &
+  local cgroup_env=()
+  case $CGROUP_MODE in
+    hybrid) ;;
+    legacy) cgroup_env=(SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=0) ;;
+    *) die "TESTBED_CGROUP_MODE must be hybrid or legacy, not '$CGROUP_MODE'" ;;
+  esac
+  (
+    enter_machine_cgroup "$name"
+    exec env "${cgroup_env[@]}" setsid systemd-nspawn -b -D "$root" --register=no --keep-unit \
+      -M "$name" "${binds[@]}"
+  ) </dev/null >"$dir/console.log" 2>&1 &
   echo $! >"$dir/nspawn.pid"
   echo "$port" >"$dir/ssh_port"
   local i leader=""
@@ -138,6 +168,7 @@ cmd_down() {
     kill -9 $(pgrep -P "$pid") "$pid" 2>/dev/null || true
   done
   for _ in $(seq 1 20); do [[ -z $(nspawn_pids "$name") ]] && break; sleep 0.5; done
+  remove_machine_cgroup "$name"
   rm -rf "$dir"
   log "$name is down"
 }
@@ -149,6 +180,7 @@ cmd_save() {
   [[ -n $leader ]] && nsenter -t "$leader" -a systemctl poweroff >/dev/null 2>&1 || true
   for _ in $(seq 1 60); do [[ -z $(nspawn_pids "$name") ]] && break; sleep 0.5; done
   [[ -z $(nspawn_pids "$name") ]] || die "$name did not power off; not saving a live rootfs"
+  remove_machine_cgroup "$name"
   local dest=$CACHE/images/$image
   rm -rf "$dest" "$dest.tmp"; mkdir -p "$CACHE/images"
   mv "$dir/rootfs" "$dest.tmp"

@@ -2,13 +2,23 @@
 
     wait-ready.py UNIT HEALTH_URL TIMEOUT_S INTERVAL_S
 
-Exit 0 when /health answers 200; 3 when the unit failed or its main process exited during start-up
-(a bad flag, an import error: no use waiting out a 30-minute load timeout); 4 on timeout.
+Exit 0 when /health answers 200, printing JSON: time_to_ready_s (the unit's main process start ->
+the first 200), ready_monotonic_s (CLOCK_MONOTONIC then, comparable with systemd's and the journal's
+monotonic timestamps on this host) and ready_at (epoch seconds then). Exit 3 when the unit failed or
+its main process exited during start-up (a bad flag, an import error: no use waiting out a 30-minute
+load timeout); 4 on timeout.
 """
+import json
 import subprocess
 import sys
 import time
 import urllib.request
+
+
+def main_start_monotonic(unit):
+    out = subprocess.run(["systemctl", "show", "-P", "ExecMainStartTimestampMonotonic", unit],
+                         capture_output=True, text=True, check=False).stdout.strip()
+    return int(out or 0) / 1e6
 
 
 def unit_state(unit):
@@ -33,6 +43,10 @@ def main():
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if healthy(url):
+            ready_monotonic, ready_at = time.clock_gettime(time.CLOCK_MONOTONIC), time.time()
+            started = main_start_monotonic(unit)
+            print(json.dumps({"time_to_ready_s": round(ready_monotonic - started, 2) if started else None,
+                              "ready_monotonic_s": round(ready_monotonic, 3), "ready_at": round(ready_at, 3)}))
             return 0
         state, restarts = unit_state(unit)
         if state == "failed" or restarts > restarts_at_start:
