@@ -168,6 +168,9 @@ def main():
     ap.add_argument("--no-vllm", action="store_true", help="only measure our client")
     ap.add_argument("--ours-uvloop", action="store_true",
                     help="also run our client on uvloop (column ours_uvloop; default runs use stdlib asyncio)")
+    ap.add_argument("--tokens-per-write", type=int, default=1,
+                    help="the fixture writes this many token events per socket write (1: one per write, like a vLLM "
+                         "step; more: the fixture outruns the clients so that their own ceiling shows)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin server to CPU 1 and clients to CPU 0")
     ap.add_argument("--out", default=os.path.join(REPO, "results", "bench-client.json"))
     ap.add_argument("--child-ours", nargs=6, type=int, help=argparse.SUPPRESS)
@@ -176,7 +179,7 @@ def main():
         run_ours_inprocess(*a.child_ours)
         return
     pin = not a.no_pin and (os.cpu_count() or 1) >= 2
-    srv_cmd = [sys.executable, FIXTURE, "--port", "0", "--uvloop"]
+    srv_cmd = [sys.executable, FIXTURE, "--port", "0", "--uvloop", "--tokens-per-write", str(a.tokens_per_write)]
     if pin:
         srv_cmd = ["taskset", "-c", "1"] + srv_cmd
     srv = subprocess.Popen(srv_cmd, stdout=subprocess.PIPE, text=True)
@@ -192,7 +195,7 @@ def main():
         if chk.returncode != 0:
             vllm_ok, why_not = False, "vllm bench serve or the tokenizer is not available in %s" % a.machine
             print("WARNING: " + why_not, file=sys.stderr)
-    results = {"port": port, "pinned": pin, "output_len": a.output_len, "input_len": a.input_len, "levels": [],
+    results = {"port": port, "pinned": pin, "tokens_per_write": a.tokens_per_write, "output_len": a.output_len, "input_len": a.input_len, "levels": [],
                "vllm_unavailable": why_not, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
         for c in a.concurrency:

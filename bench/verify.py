@@ -9,6 +9,9 @@ the sha256 of every file), then times, page cache warm and cold:
     (the module's code path without the AnsibleModule wrapper),
   - find | xargs -P$(nproc) -n1 sha256sum   (the ask's baseline),
   - find | xargs -P$(nproc) -n1 openssl dgst -sha256   (a baseline with SHA-NI code),
+  - `hf cache verify ORG/NAME --local-dir DIR` (huggingface_hub's own checksum verification, from
+    .venv; the expected sha256s come from the local hub fixture tools/localhub serving the same
+    folder, warmed once so its own hashing is not timed; skipped without .venv/bin/hf),
 plus fast mode, and one run of the real module through `ansible localhost -m`.
 Cold runs drop the page cache with /proc/sys/vm/drop_caches when writable, else
 with posix_fadvise(DONTNEED) per file. The model is deleted afterwards unless --keep.
@@ -148,6 +151,43 @@ def shell_baseline(tool):
     return run
 
 
+class HfCacheVerify:
+    """`hf cache verify` against the local hub fixture serving the synthetic model as bench/synthetic."""
+
+    REPO_ID = "bench/synthetic"
+
+    def __init__(self, model_dir):
+        self.hf = os.path.join(REPO_ROOT, ".venv", "bin", "hf")
+        self.model_dir = model_dir
+        root = os.path.join(os.path.dirname(model_dir), "hub")
+        os.makedirs(os.path.join(root, "bench"))
+        os.symlink(model_dir, os.path.join(root, self.REPO_ID))
+        server = os.path.join(REPO_ROOT, "tools", "localhub", "server.py")
+        self.proc = subprocess.Popen([sys.executable, server, "--root", root, "--port", "0", "--quiet"],
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        self.endpoint = line.split()[-1]  # "localhub fixture serving ROOT on http://HOST:PORT"
+        self.verified = self._verify()  # warms the fixture's own hashing of the files
+
+    def _verify(self):
+        env = dict(os.environ, HF_ENDPOINT=self.endpoint, HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE="0")
+        process = subprocess.run([self.hf, "cache", "verify", self.REPO_ID, "--local-dir", self.model_dir,
+                                  "--fail-on-missing-files", "--json"], capture_output=True, text=True, env=env,
+                                 check=False)
+        if process.returncode != 0:
+            raise SystemExit("hf cache verify failed:\n%s%s" % (process.stdout, process.stderr))
+        return process.stdout
+
+    def __call__(self, model_dir, workers):
+        started = time.monotonic()
+        self._verify()
+        return time.monotonic() - started
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
 def run_ansible_module(model_dir, mode):
     ansible = os.path.join(REPO_ROOT, ".venv", "bin", "ansible")
     command = [ansible, "localhost", "-i", "localhost,", "-c", "local", "-m", "llmfleet.vllm.shard_verify",
@@ -210,7 +250,9 @@ def render(args, facts, model_bytes, files, results, fast, ansible, cold_method)
         "",
         "shard_verify = `model_verify.verify_model_dir(mode='full')` in-process (the module's code path minus "
         "AnsibleModule); sha256sum = `find DIR -type f -print0 | xargs -0 -P%d -n1 sha256sum`; openssl = the same with "
-        "`openssl dgst -sha256`." % args.workers,
+        "`openssl dgst -sha256`; hf cache verify = huggingface_hub's `hf cache verify ORG/NAME --local-dir DIR` "
+        "against the local hub fixture serving the same files (tools/localhub, its hashing warmed before timing)."
+        % args.workers,
         "",
         "Fast mode on the %d-shard model (headers and sizes only), warm, %d runs: median %.3f s, min–max %.3f–%.3f s "
         "(target < 1 s: %s)." % (args.shards, len(fast), statistics.median(fast), min(fast), max(fast),
@@ -238,6 +280,7 @@ def main():
     parser.add_argument("--cold-method", choices=["drop_caches", "fadvise"], default="drop_caches",
                         help="how cold runs empty the page cache (drop_caches falls back to fadvise when not allowed)")
     parser.add_argument("--skip-ansible", action="store_true", help="skip the ansible ad-hoc runs (no .venv needed)")
+    parser.add_argument("--skip-hf", action="store_true", help="skip `hf cache verify`")
     args = parser.parse_args()
 
     size_bytes = int(args.size_gb * 1024 ** 3)
@@ -246,12 +289,16 @@ def main():
         raise SystemExit("need %.1f GiB free in %s, have %.1f" % (size_bytes * 1.5 / 1024 ** 3, args.workdir, free / 1024 ** 3))
     facts = machine_facts(args.workdir)
     model_dir = os.path.join(tempfile.mkdtemp(prefix="llmfleet-bench-verify-", dir=args.workdir), "model")
+    hf_verify = None
     try:
         print("building %.1f GiB model in %s" % (args.size_gb, model_dir), flush=True)
         manifest = build_model(model_dir, size_bytes, args.shards)
         model_bytes = sum(entry["size"] for entry in manifest["files"])
         tools = {"shard_verify": run_shard_verify, "sha256sum": shell_baseline("sha256sum"),
                  "openssl": shell_baseline("openssl dgst -sha256")}
+        if os.path.exists(os.path.join(REPO_ROOT, ".venv", "bin", "hf")) and not args.skip_hf:
+            hf_verify = HfCacheVerify(model_dir)
+            tools["hf cache verify"] = hf_verify
         results, cold_method = {}, None
         for cache in ("warm", "cold"):
             seconds = {tool: [] for tool in tools}
@@ -273,6 +320,8 @@ def main():
         ansible = None if args.skip_ansible else {mode: run_ansible_module(model_dir, mode) for mode in ("fast", "full")}
         report = render(args, facts, model_bytes, len(manifest["files"]) + 1, results, fast, ansible, cold_method)
     finally:
+        if hf_verify:
+            hf_verify.stop()
         if not args.keep:
             shutil.rmtree(os.path.dirname(model_dir), ignore_errors=True)
     print(report)

@@ -139,6 +139,21 @@ def test_dropped_streams_counted(stream_server, tmp_path):
     assert srv.metric("fixture_requests_dropped_total") == 6
 
 
+def test_several_events_per_read_counted_exactly(stream_server, tmp_path):
+    # The fixture writes 7 SSE events (each its own HTTP chunk) per socket write: the client gets
+    # several events, and chunk boundaries, inside one read.
+    srv = stream_server("--tokens-per-write", "7", "--drop-every", "4")
+    rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "model": "fixture-model", "concurrency": [5],
+                                       "requests_per_level": 40, "warmup_requests": 0, "max_tokens": 20,
+                                       "max_error_rate": 0.5})
+    assert rc == 0, out
+    lv = r["levels"][0]
+    assert lv["errors"] == {"stream_cut": 10} and lv["completed"] == 30
+    assert lv["output_tokens"] == lv["output_tokens_usage"] == 30 * 20
+    assert lv["partial_output_tokens"] == 10 * 10
+    assert lv["server_generation_tokens"] == 30 * 20 + 10 * 10
+
+
 def test_timeout(stream_server, tmp_path):
     srv = stream_server("--ttft-delay", "3")
     rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "model": "fixture-model", "concurrency": [2],
