@@ -8,7 +8,7 @@ COLL_LINK := .ansible/collections/ansible_collections/llmfleet/vllm
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv lock lint sanity unit integration molecule test demo testbed build clean
+.PHONY: help venv lock lint sanity unit integration molecule test demo testbed build clean bench bench-smoke
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -47,6 +47,17 @@ integration: venv ## module and playbook integration tests on real files, proces
 molecule: venv ## every molecule scenario (converge, idempotence, verify) on nspawn systemd hosts
 	rc=0; for s in $$(ls molecule | grep -v "^_"); do \
 	  echo "=== molecule scenario $$s ($$(date -u +%T))"; $(BIN)/molecule test -s $$s || rc=1; done; exit $$rc
+
+bench: venv testbed ## every benchmark under bench/ with its defaults (about 1.5 h; figures in docs/benchmarks.md)
+	$(BIN)/python bench/verify.py
+	$(BIN)/python bench/client.py
+	$(BIN)/python bench/pivot.py
+	$(BIN)/python bench/fleet.py
+
+bench-smoke: venv ## the benches without a test host, tiny sizes: they still run (no time is asserted)
+	$(BIN)/python bench/verify.py --size-gb 0.05 --shards 4 --runs 1 --skip-ansible --output tests/output/bench-verify.md
+	$(BIN)/python bench/client.py --no-vllm --concurrency 8 --runs 1 --output-len 16 --min-prompts 16 \
+	  --out tests/output/bench-client.json
 
 testbed: ## build the cached systemd test-host rootfs
 	tools/testbed/testbed.sh build

@@ -14,6 +14,7 @@ step() { printf '\n=== [%s] %s\n' "$(stamp)" "$*"; }
 step "lint"; make -s lint || exit 1
 step "sanity"; make -s sanity || exit 1
 step "unit"; make -s unit || exit 1
+step "bench smoke"; make -s bench-smoke >"$logs/bench-smoke.log" 2>&1 || { tail -40 "$logs/bench-smoke.log"; exit 1; }
 
 step "test-bed images (debootstrap base, vLLM CPU engine via roles/vllm_install)"
 tools/testbed/testbed.sh build || exit 1

@@ -242,6 +242,20 @@ class ResponseParser(object):
             state = self.state
             if state == _S_CHUNK_SIZE:
                 i = buf.find(b"\r\n", pos)
+                if i > pos:
+                    # Fast path, the common case of a stream: a whole chunk (size line, data, CRLF) is here.
+                    try:
+                        size = int(buf[pos:i], 16)
+                    except ValueError:
+                        size = 0   # chunk extensions or junk: the careful path below decides
+                    end = i + 2 + size
+                    if size > 0 and end + 2 <= n and buf[end] == 13 and buf[end + 1] == 10:
+                        if self.is_sse:
+                            self.sse += buf[i + 2:end]
+                        else:
+                            self._body(buf[i + 2:end], t)
+                        pos = end + 2
+                        continue
                 if i < 0:
                     if n - pos > 1024:
                         raise HTTPError("chunk size line too long")
@@ -314,6 +328,8 @@ class ResponseParser(object):
                 self.keep_alive = False
         if pos:
             del buf[:pos]
+        if self.is_sse and not self.complete and self.sse:
+            self._events(t)
 
     def _head(self, head):
         lines = head.split(b"\r\n")
@@ -359,11 +375,9 @@ class ResponseParser(object):
             self.keep_alive = False
 
     def _body(self, data, t):
+        # SSE bytes are only collected here; feed() parses the events once per read.
         if self.is_sse:
-            sse = self.sse
-            sse += data
-            if b"\n\n" in sse or b"\r" in sse:
-                self._events(t)
+            self.sse += data
         elif len(self.body) < 65536:
             self.body += data
 
@@ -419,9 +433,11 @@ class ResponseParser(object):
         self.complete = True
         self.record.end = t or perf_counter()
         if self.is_sse and self.sse:
-            # a last event without its blank line: the stream ended mid-event
-            self.sse += b"\n\n"
             self._events(t)
+            if self.sse:
+                # a last event without its blank line: the stream ended mid-event
+                self.sse += b"\n\n"
+                self._events(t)
 
     def eof(self):
         """The peer closed the connection: a body delimited by close ends here."""
