@@ -1,7 +1,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Client ceiling: output tok/s that throughput_check's load client can ingest vs `vllm bench serve`.
 
-    .venv/bin/python bench/client.py [--concurrency 64 256 1024] [--runs 3] [--output-len 128]
+    .venv/bin/python bench/client.py [--concurrency 64 256 1024] [--runs 3] [--output-len 128] [--tokens-per-write 16]
 
 Both clients stream from the same TEST FIXTURE endpoint (tests/fixtures/token_stream_server.py,
 its own process pinned to CPU 1, emitting tokens as fast as the client takes them); each client
@@ -160,15 +160,15 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--input-len", type=int, default=32)
     ap.add_argument("--output-len", type=int, default=128)
-    ap.add_argument("--prompts-per-concurrency", type=int, default=2, help="num prompts = this x concurrency")
-    ap.add_argument("--min-prompts", type=int, default=256)
+    ap.add_argument("--prompts-per-concurrency", type=int, default=8, help="num prompts = this x concurrency")
+    ap.add_argument("--min-prompts", type=int, default=1024)
     ap.add_argument("--machine", default="bench-client",
                     help="test-bed machine for vllm bench serve; booted from the vLLM image (and removed) if not up")
     ap.add_argument("--tokenizer", default="/srv/models/tiny-llama-a", help="tokenizer path inside the machine")
     ap.add_argument("--no-vllm", action="store_true", help="only measure our client")
     ap.add_argument("--ours-uvloop", action="store_true",
                     help="also run our client on uvloop (column ours_uvloop; default runs use stdlib asyncio)")
-    ap.add_argument("--tokens-per-write", type=int, default=1,
+    ap.add_argument("--tokens-per-write", type=int, default=16,
                     help="the fixture writes this many token events per socket write (1: one per write, like a vLLM "
                          "step; more: the fixture outruns the clients so that their own ceiling shows)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin server to CPU 1 and clients to CPU 0")
