@@ -35,7 +35,8 @@ print("|---|---|---|---|---|")
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "*-latest.json")), key=os.path.getmtime):
     r = json.load(open(path))
     gate = ", ".join("c=%d: %.0f" % (lv["concurrency"], lv["output_tok_s"]) for lv in r.get("gate", []))
-    print("| %s | %s | %s | %s | %s |" % (r["model"], r["previous_model"], r["downtime_s"], r["load_time_s"], gate))
+    dash = lambda v: "-" if v is None else v
+    print("| %s | %s | %s | %s | %s |" % (r["model"], dash(r["previous_model"]), dash(r["downtime_s"]), r["load_time_s"], gate))
 PY
 report=$(ls -t "results/reports/$host"/*.md 2>/dev/null | head -1 || true)
 if [[ -n $report ]]; then step "Benchmark comparison ($report)"; cat "$report"; fi
