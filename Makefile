@@ -55,6 +55,7 @@ bench: venv testbed ## every benchmark under bench/ with its defaults (about 1.5
 	$(BIN)/python bench/fleet.py
 
 bench-smoke: venv ## the benches without a test host, tiny sizes: they still run (no time is asserted)
+	mkdir -p tests/output
 	$(BIN)/python bench/verify.py --size-gb 0.05 --shards 4 --runs 1 --skip-ansible --output tests/output/bench-verify.md
 	$(BIN)/python bench/client.py --no-vllm --concurrency 8 --runs 1 --output-len 16 --min-prompts 16 \
 	  --out tests/output/bench-client.json
