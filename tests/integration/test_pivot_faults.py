@@ -92,6 +92,15 @@ def test_rerun_same_model_changes_nothing(pivot):
     _assert_a_untouched(pid)
 
 
+def test_check_mode_pivot_reports_and_changes_nothing(pivot):
+    pid = _main_pid("tiny-llama-a")
+    result = pivot("-e", "model=tiny-llama-b", "--check", "--diff")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "would start and enable vllm-tiny-llama-b.service" in result.stdout
+    _assert_a_untouched(pid)
+    assert _ssh("ls", "/etc/systemd/system/vllm-tiny-llama-b.service", "/srv/models/tiny-llama-b") == ""
+
+
 def test_unknown_model_is_refused_with_the_known_names(pivot):
     pid = _main_pid("tiny-llama-a")
     result = pivot("-e", "model=no-such-model")
