@@ -151,8 +151,12 @@ def test_two_models_compared(stream_server, tmp_path):
     rows = [line for line in md.splitlines() if line.startswith("| 1 |") or line.startswith("| 4 |")]
     assert len(rows) == 2
     for row in rows:
-        ratio = float(row.split("|")[4].strip().rstrip("×"))
-        assert 1.5 < ratio < 6, row          # ~4x less delay per token
+        cells = [c.strip() for c in row.split("|")]
+        new_tok_s, old_tok_s, ratio = float(cells[2]), float(cells[3]), float(cells[4].rstrip("×"))
+        # the speedup column is new/old of the two tok/s columns; its size depends on how this machine
+        # honours 1 ms vs 4 ms sleeps (CI has seen 6.3×), so only "clearly faster" is asserted
+        assert ratio == pytest.approx(new_tok_s / old_tok_s, abs=0.02), row
+        assert ratio > 1.5, row
     assert open(new["report"]).read() == md
     assert os.path.basename(new["plot"]) in md
     assert png_size(new["plot"]) == (1100, 420)
