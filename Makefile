@@ -48,7 +48,7 @@ molecule: venv ## every molecule scenario (converge, idempotence, verify) on nsp
 	rc=0; for s in $$(ls molecule | grep -v "^_"); do \
 	  echo "=== molecule scenario $$s ($$(date -u +%T))"; $(BIN)/molecule test -s $$s || rc=1; done; exit $$rc
 
-bench: venv testbed ## every benchmark under bench/ with its defaults (about 1.5 h; figures in docs/benchmarks.md)
+bench: venv testbed ## every benchmark under bench/ with its defaults (about 2.5 h; figures in docs/benchmarks.md)
 	$(BIN)/python bench/verify.py
 	$(BIN)/python bench/client.py
 	$(BIN)/python bench/pivot.py

@@ -1,7 +1,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Fleet rollout cost against fleet size, on real systemd test hosts with vLLM's CPU engine.
 
-    .venv/bin/python bench/fleet.py [--sizes 1 3 6] [--runs 1] [--batch-size 100%] [--no-peer]
+    .venv/bin/python bench/fleet.py [--sizes 1 3 6] [--runs 3] [--batch-size 100%] [--no-peer]
 
 For each fleet size N it times, side by side in one run on the same hosts:
   * playbooks/rollout.yml over the first N hosts with forks=N (pre-stage, canary, then the rest in
@@ -86,7 +86,7 @@ class Fleet:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 3, 6], help="fleet sizes N (default 1 3 6)")
-    parser.add_argument("--runs", type=int, default=1, help="timed rollouts per size (default 1)")
+    parser.add_argument("--runs", type=int, default=3, help="timed rollouts per size (default 3)")
     parser.add_argument("--batch-size", default="100%", help="rollout_batch_size after the canary (default 100%%)")
     parser.add_argument("--no-peer", action="store_true", help="skip the one-host-after-another pivot.yml peer")
     parser.add_argument("--keep", action="store_true", help="leave the hosts up afterwards")
