@@ -16,6 +16,8 @@ import threading
 import time
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.fit_check import disk_plan
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import load_record as load_patch_record
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import original_path
 
 GB = 1000 ** 3
 # huggingface_hub keeps its local_dir bookkeeping (and in-flight *.incomplete files) here.
@@ -31,11 +33,13 @@ def local_state(local_dir, manifest):
     """Split the manifest's files into complete (right size on disk) and to_download.
 
     A file whose size differs from the hub's is listed in ``to_download`` with ``present: true``:
-    it is re-fetched whole, so the planner counts its full size.
+    it is re-fetched whole, so the planner counts its full size. A file changed by a catalog patch
+    is judged by its kept hub original (model_patches).
     """
     complete, to_download = [], []
+    patched = load_patch_record(local_dir)
     for entry in manifest["files"]:
-        full = os.path.join(local_dir, entry["path"])
+        full = original_path(local_dir, entry["path"], patched)
         try:
             size = os.stat(full).st_size if os.path.isfile(full) else None
         except OSError:

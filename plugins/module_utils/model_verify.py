@@ -3,7 +3,9 @@
 
 ``fast`` reads only sizes and headers: index and manifest completeness, numbered part
 sets, safetensors tensor layout, GGUF headers, required files. ``full`` adds a hash of
-every file that the manifest gives a hash for. Nothing here writes to the directory.
+every file that the manifest gives a hash for. A file changed by a catalog patch
+(model_patches) is checked against its patch record, and its kept original against the
+manifest. Nothing here writes to the directory.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.file_hashing import 
     DEFAULT_BUFFER_BYTES, GIT_BLOB_SHA1, SHA256, default_workers, hash_files)
 from ansible_collections.llmfleet.vllm.plugins.module_utils.gguf import (
     GGUFError, check_split_metadata, inspect_gguf, missing_split_parts)
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import load_record as load_patch_record
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import (
     DEFAULT_IGNORE_PATTERNS, MANIFEST_FILENAME, ManifestError, list_model_files, load_manifest)
 from ansible_collections.llmfleet.vllm.plugins.module_utils.safetensors_header import (
@@ -124,11 +127,15 @@ class _Survey:
         self.expected = {path: "listed in the manifest" for path in manifest_entries}
         self.index_tensors = {}
         self.checks = {}
+        # Patched files whose kept original is there: the live file is what the patch wrote.
+        self.patched = {path: entry for path, entry in load_patch_record(model_dir).items()
+                        if path in present and os.path.isfile(os.path.join(model_dir, entry.get("original", "")))}
 
     def check(self, path):
         if path not in self.checks:
             entry = self.manifest_entries.get(path)
-            self.checks[path] = FileCheck(path, self.present.get(path), entry["size"] if entry else None)
+            expected = self.patched[path]["patched_size"] if path in self.patched else entry["size"] if entry else None
+            self.checks[path] = FileCheck(path, self.present.get(path), expected)
         return self.checks[path]
 
     def expect(self, path, why):
@@ -222,33 +229,47 @@ class _Survey:
             except ValueError as exc:
                 check.fail("corrupt", "not valid JSON: %s" % exc)
 
+    def _hash_targets(self, path, entry):
+        """(file, algorithm, expected digest, what) to hash for one manifest entry."""
+        algorithm = SHA256 if entry.get("sha256") else GIT_BLOB_SHA1 if entry.get("git_sha1") else None
+        hub_digest = entry["sha256"] if algorithm == SHA256 else entry.get("git_sha1")
+        patch = self.patched.get(path)
+        if not patch:
+            return [(os.path.join(self.model_dir, path), algorithm, hub_digest, "")] if algorithm else []
+        targets = [(os.path.join(self.model_dir, path), SHA256, patch["patched_sha256"], "patched file: ")]
+        if algorithm:
+            targets.append((os.path.join(self.model_dir, patch["original"]), algorithm, hub_digest,
+                            "kept original %s: " % patch["original"]))
+        return targets
+
     def hash_files(self, workers, buffer_bytes):
-        jobs = []
+        jobs, expected = [], {}
         for path, entry in self.manifest_entries.items():
             check = self.check(path)
-            algorithm = SHA256 if entry.get("sha256") else GIT_BLOB_SHA1 if entry.get("git_sha1") else None
-            check.hash_algorithm = algorithm
+            targets = self._hash_targets(path, entry)
+            check.hash_algorithm = targets[-1][1] if targets else None
             # A file already known bad would only burn disk time.
-            if algorithm and check.status == "ok":
-                jobs.append((os.path.join(self.model_dir, path), algorithm, check.size))
+            if check.status == "ok":
+                for full_path, algorithm, digest, what in targets:
+                    jobs.append((full_path, algorithm, os.path.getsize(full_path)))
+                    expected[full_path] = (path, digest, what)
         workers = workers or default_workers()
         started = time.monotonic()
         results = hash_files(jobs, workers=workers, buffer_bytes=buffer_bytes)
         seconds = time.monotonic() - started
         bytes_hashed = 0
-        for path, entry in self.manifest_entries.items():
-            result = results.get(os.path.join(self.model_dir, path))
+        for full_path, (path, digest, what) in sorted(expected.items()):
+            result = results.get(full_path)
             if result is None:
                 continue
             check = self.check(path)
             check.seconds += result.seconds
             bytes_hashed += result.bytes_read
-            expected = entry["sha256"] if result.algorithm == SHA256 else entry["git_sha1"]
             if result.error:
-                check.fail("corrupt", "unreadable: %s" % result.error)
-            elif result.digest != expected:
-                check.fail("hash_mismatch", "%s %s, expected %s" % (result.algorithm, result.digest, expected))
-            else:
+                check.fail("corrupt", "%sunreadable: %s" % (what, result.error))
+            elif result.digest != digest:
+                check.fail("hash_mismatch", "%s%s %s, expected %s" % (what, result.algorithm, result.digest, digest))
+            elif check.status == "ok":
                 check.hash_checked = True
         return _HashTotals(bytes_hashed, seconds, min(workers, max(1, len(jobs))))
 

@@ -50,7 +50,10 @@ options:
     choices: [throughput_check, vllm_bench]
     default: throughput_check
   plot:
-    description: Also write the PNG plot.
+    description:
+      - Also write the PNG plot.
+      - Without matplotlib on the host running the module, or when drawing fails, the Markdown report is still
+        written, with a warning and RV(plot_skipped) saying why; the task does not fail.
     type: bool
     default: true
   require_previous:
@@ -68,7 +71,7 @@ attributes:
     support: none
     description: Nothing to diff.
 requirements:
-  - matplotlib (for O(plot=true)), on the host running the module
+  - matplotlib (for the PNG of O(plot=true); without it only the Markdown report is written), on the host running the module
 """
 
 EXAMPLES = r"""
@@ -91,7 +94,11 @@ report_path:
   returned: always
   type: str
 plot_path:
-  description: PNG written (or that would be); null when O(plot=false).
+  description: PNG written (or that would be); null when O(plot=false) or when the plot was skipped.
+  returned: always
+  type: str
+plot_skipped:
+  description: Why no PNG was written although O(plot=true) (matplotlib missing, or drawing failed); null otherwise.
   returned: always
   type: str
 current_path:
@@ -131,10 +138,8 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.bench_report import 
 try:
     import matplotlib  # noqa: F401  pylint: disable=unused-import
     HAS_MATPLOTLIB = True
-    MATPLOTLIB_ERR = None
 except ImportError:
     HAS_MATPLOTLIB = False
-    MATPLOTLIB_ERR = traceback.format_exc()
 
 
 def main():
@@ -154,8 +159,10 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    plot_skipped = None
     if p["plot"] and not HAS_MATPLOTLIB:
-        module.fail_json(msg=missing_required_lib("matplotlib"), exception=MATPLOTLIB_ERR)
+        # A report is worth more than its picture: a pivot that served and passed its gate must not fail here.
+        plot_skipped = missing_required_lib("matplotlib")
     try:
         current = load_record(p["current"])
         host = p["host"] or current.get("host") or ""
@@ -180,7 +187,7 @@ def main():
     name = p["name"] or "%s_vs_%s_%s" % (slug(current["model"]), slug(previous["model"]) if previous else "none",
                                          current.get("timestamp") or "run")
     report_path = os.path.join(p["dest_dir"], name + ".md")
-    plot_path = os.path.join(p["dest_dir"], name + ".png") if p["plot"] else None
+    plot_path = os.path.join(p["dest_dir"], name + ".png") if p["plot"] and not plot_skipped else None
     markdown = render_markdown(cmp, p["title"], os.path.basename(plot_path) if plot_path else None)
     changed = True
     if os.path.isfile(report_path):
@@ -191,15 +198,22 @@ def main():
             if not os.path.isdir(p["dest_dir"]):
                 os.makedirs(p["dest_dir"])
             if plot_path:
-                plot_png(cmp, plot_path + ".tmp", p["title"])
-                os.rename(plot_path + ".tmp", plot_path)
+                try:
+                    plot_png(cmp, plot_path + ".tmp", p["title"])
+                    os.rename(plot_path + ".tmp", plot_path)
+                except Exception as exc:  # pylint: disable=broad-except
+                    plot_skipped = "drawing the plot failed: %s" % to_native(exc)
+                    plot_path = None
+                    markdown = render_markdown(cmp, p["title"], None)
             with open(report_path + ".tmp", "w") as f:
                 f.write(markdown)
             os.rename(report_path + ".tmp", report_path)
         except (OSError, ValueError, RuntimeError) as exc:
             module.fail_json(msg="cannot write the report to %s: %s" % (p["dest_dir"], to_native(exc)),
                              exception=traceback.format_exc())
-    module.exit_json(changed=changed, markdown=markdown, report_path=report_path, plot_path=plot_path,
+    if plot_skipped:
+        module.warn("benchmark report written as Markdown only, without the PNG plot: %s" % plot_skipped)
+    module.exit_json(changed=changed, markdown=markdown, report_path=report_path, plot_path=plot_path, plot_skipped=plot_skipped,
                      current_path=p["current"], previous_path=previous_path, previous_found=previous is not None,
                      comparison=cmp)
 
