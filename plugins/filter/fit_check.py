@@ -27,6 +27,15 @@ def disk_plan(needed, free_bytes, downloaded_bytes=0, candidates=None, protect=N
     return _fit.disk_plan(needed, free_bytes, downloaded_bytes, candidates, protect, margin_bytes, margin_fraction)
 
 
+def gpu_memory_free(entry, gpu_facts, gpu_ids=None):
+    """{ok, errors, checked} for the GPUs the model will use, from the llmfleet_gpu fact."""
+    if not isinstance(entry, dict) or 'serving' not in entry:
+        raise AnsibleFilterError('gpu_memory_free expects a catalog entry (use llmfleet.vllm.catalog_entry), got %r' % (entry,))
+    if not isinstance(gpu_facts, dict):
+        raise AnsibleFilterError('gpu_memory_free expects the llmfleet_gpu fact of llmfleet.vllm.gpu_facts, got %r' % (gpu_facts,))
+    return _fit.gpu_memory_free(entry, gpu_facts, gpu_ids)
+
+
 class FilterModule:
     def filters(self):
-        return {'fit_check': fit_check, 'disk_plan': disk_plan}
+        return {'fit_check': fit_check, 'disk_plan': disk_plan, 'gpu_memory_free': gpu_memory_free}

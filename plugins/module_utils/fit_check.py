@@ -150,3 +150,33 @@ def disk_plan(needed_bytes, free_bytes, downloaded_bytes=0, candidates=None, pro
             'need %s free (%s to download + %s margin), have %s; pruning every allowed candidate frees only %s'
             % (_gib(required), _gib(to_download), _gib(margin), _gib(free_bytes), _gib(freed))],
     }
+
+
+def gpu_memory_free(entry, gpu_facts, gpu_ids=None):
+    """Whether the GPUs a model will use have the memory vLLM claims free right now.
+
+    vLLM refuses to start when a GPU's free memory is below gpu_memory_utilization x total (another
+    process, a dead server's leftovers). gpu_facts: the llmfleet_gpu fact; gpu_ids: the GPU indexes the
+    model gets (default 0..TP x PP - 1). Returns {ok, errors, checked: [{index, free_mib, needed_mib}]}.
+    """
+    serving = entry['serving']
+    util = serving.get('gpu_memory_utilization') or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
+    count = (serving.get('tensor_parallel_size') or 1) * (serving.get('pipeline_parallel_size') or 1)
+    ids = list(range(count)) if gpu_ids is None else list(gpu_ids)
+    by_index = {gpu.get('index'): gpu for gpu in gpu_facts.get('gpus') or []}
+    errors, checked = [], []
+    for index in ids:
+        gpu = by_index.get(index)
+        if gpu is None:
+            errors.append('GPU %s is not on this host' % index)
+            continue
+        total, used = gpu.get('memory_total_mib'), gpu.get('memory_used_mib')
+        if total is None or used is None:
+            errors.append('GPU %s: memory use unknown' % index)
+            continue
+        needed = int(total * util)
+        checked.append({'index': index, 'free_mib': total - used, 'needed_mib': needed})
+        if total - used < needed:
+            errors.append('GPU %s has %d MiB free, %s needs %d MiB (gpu_memory_utilization %s x %d MiB): another process'
+                          ' holds %d MiB' % (index, total - used, entry.get('name', 'the model'), needed, util, total, used))
+    return {'ok': not errors, 'errors': errors, 'checked': checked}

@@ -68,6 +68,13 @@ options:
     description: Bytes that must stay free on the filesystem after the download.
     type: int
     default: 0
+  check_space:
+    description:
+      - Fail when the filesystem lacks the bytes still to download plus O(space_margin_bytes). V(false) only reports
+        RV(space), for a caller that plans the space itself (the pivot role, which may prune first); a download
+        still checks the space before it starts.
+    type: bool
+    default: true
   models_root:
     description: Directory whose model dirs are listed as prune candidates when space is short. Defaults to the parent of O(local_dir).
     type: path
@@ -248,6 +255,7 @@ def main():
             offline=dict(type="bool", default=False),
             space_margin_bytes=dict(type="int", default=0),
             models_root=dict(type="path"),
+            check_space=dict(type="bool", default=True),
             progress_interval=dict(type="float", default=5),
             etag_timeout=dict(type="float", default=10),
         ),
@@ -303,10 +311,10 @@ def main():
         bytes_total=sum(f["size"] for f in manifest["files"]), to_download=to_download, bytes_to_download=need,
         bytes_downloaded=0, files_downloaded=[], manifest_written=False, space=space,
     )
-    if not space["ok"]:
-        module.fail_json(msg=space["msg"], changed=False, seconds=round(time.time() - started, 3), **result)
     changed = bool(to_download) or write_manifest_needed
     result["changes_needed"] = changed
+    if not space["ok"] and (p["check_space"] or not module.check_mode):
+        module.fail_json(msg=space["msg"], changed=False, seconds=round(time.time() - started, 3), **result)
     if module.check_mode or not changed:
         result["manifest_written"] = changed
         module.exit_json(changed=changed, seconds=round(time.time() - started, 3), **result)

@@ -92,7 +92,7 @@ def play(host, hub, tmp_path_factory):
         "ansible_ssh_private_key_file": key, "ansible_python_interpreter": "/usr/bin/python3"}}}}))
     (work / "playbook.yml").write_text(PLAYBOOK)
 
-    def run(extra, verbosity=0, check_mode=False):
+    def run(extra, verbosity=0, check_mode=False, cli=()):
         result_file = str(work / ("result-%s.json" % uuid.uuid4().hex))
         variables = {"model_fetch_hf_endpoint": hub.url, "model_fetch_space_margin_gb": 0,
                      "model_fetch_poll_s": 1, "model_fetch_progress_interval_s": 2, "result_file": result_file}
@@ -104,6 +104,8 @@ def play(host, hub, tmp_path_factory):
             argv.append("-" + "v" * verbosity)
         if check_mode:
             argv.append("--check")
+        for key_value in cli:  # -e key=value: Ansible passes every such value as a string
+            argv += ["-e", key_value]
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
                    ANSIBLE_NOCOLOR="1")
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=900, check=False)
@@ -166,9 +168,70 @@ def test_corrupt_file_fails_verification_naming_shard(play, hub):
     failed = run.out[run.out.index("TASK [llmfleet.vllm.model_fetch : Run shard_verify]"):]
     assert "fatal:" in failed and SHARD2 in failed, run
     assert "hash" in failed.split("fatal:", 1)[1]
-    assert [e for e in hub.requests() if "corrupt" in e["faults"]]
+    # Fetched once more in the same run (the hub still serves it corrupt), then the run fails.
+    assert len([e for e in hub.requests() if "corrupt" in e["faults"]]) == 2, hub.requests()
+    assert "failed verification twice" in run.out, run
     # The bad shard is moved aside (not deleted) so that the next run fetches it again.
-    assert "the next run downloads them again" in run.out, run
+    assert "the next download fetches them again" in run.out, run
+    assert SHARD2 in sh("ls /srv/t-corrupt/tiny-llama-a/.cache/llmfleet/quarantine/").stdout
+
+
+def test_shard_corrupted_on_disk_heals_in_one_run(play, hub):
+    first = play(model_a("/srv/t-heal"))
+    assert first.rc == 0, first
+    shard = "/srv/t-heal/tiny-llama-a/" + SHARD2
+    good = sh("sha256sum " + shard).stdout.split()[0]
+    sh("printf 'X' | dd of=%s bs=1 seek=1000 conv=notrunc status=none" % shard)
+    hub.clear_requests()
+    healed = play(model_a("/srv/t-heal"))
+    assert healed.rc == 0, healed
+    assert healed.result["healed"] == [SHARD2] and healed.result["verified"] is True
+    assert {e["file"] for e in resolve_gets(hub)} == {SHARD2}, hub.requests()
+    assert sh("sha256sum " + shard).stdout.split()[0] == good
+    # The damaged copy is kept, not deleted.
+    assert SHARD2 in sh("ls /srv/t-heal/tiny-llama-a/.cache/llmfleet/quarantine/").stdout
+
+
+def test_catalog_patch_applied_original_kept_rerun_unchanged(play, hub):
+    patches = [{"name": "drop-use-cache", "applies_to": "model", "target": "config.json", "delete_keys": ["use_cache"],
+                "description": "test patch"},
+               {"name": "absent-file", "applies_to": "model", "target": "hf_quant_config.json",
+                "delete_keys": ["quantization.kv_cache_quant_algo"], "description": "file not in this repo"}]
+    entry = {"name": "tiny-llama-a", "repo": REPO_A, "revision": "main", "patches": patches,
+             "allow_patterns": ["*.json", "*.safetensors"]}
+    first = play({"model_fetch_model": entry, "model_fetch_models_root": "/srv/t-patch"})
+    assert first.rc == 0, first
+    assert first.result["patched"] == ["config.json"], first.result
+    config = json.loads(sh("cat /srv/t-patch/tiny-llama-a/config.json").stdout)
+    original = json.loads(sh("cat /srv/t-patch/tiny-llama-a/.cache/llmfleet/originals/config.json").stdout)
+    assert "use_cache" not in config and original["use_cache"] is True
+    record = json.loads(sh("cat /srv/t-patch/tiny-llama-a/.cache/llmfleet/patches.json").stdout)["files"]
+    assert record["config.json"]["patches"] == ["drop-use-cache"]
+    hub.clear_requests()
+    # Verification (full, hashing config.json against the hub) passes, nothing is fetched or patched again.
+    again = play({"model_fetch_model": entry, "model_fetch_models_root": "/srv/t-patch"})
+    assert again.rc == 0 and again.changed == 0, again
+    assert again.result["verified"] is True and resolve_gets(hub) == []
+
+
+@pytest.mark.parametrize("cli, effect", [
+    (["model_fetch_offline=true"], "offline"),
+    (["model_fetch_offline=false", "model_fetch_max_workers=1", "model_fetch_poll_s=1",
+      "model_fetch_progress_interval_s=1", "model_fetch_timeout_s=600", "model_fetch_space_margin_gb=0.5"], "online"),
+    (["model_fetch_space_margin_gb=10000000"], "refused"),
+])
+def test_cli_strings_behave_as_typed(play, hub, cli, effect):
+    """-e key=value hands the role strings: "false" must be false, "1" a number."""
+    assert play(model_a("/srv/t-cli")).rc == 0  # the model is there, with its manifest
+    hub.clear_requests()
+    run = play(model_a("/srv/t-cli"), cli=cli)
+    api_calls = [e for e in hub.requests() if "/api/models/" in e["path"]]
+    if effect == "offline":
+        assert run.rc == 0 and run.result["offline"] is True and hub.requests() == [], run
+    elif effect == "online":
+        assert run.rc == 0 and run.result["offline"] is False and api_calls, run
+    else:
+        assert run.rc != 0 and "not enough disk space" in run.out, run
 
 
 def test_dropped_download_fails_then_resumes_without_refetching(play, hub):
