@@ -1,4 +1,5 @@
-"""service_deploy renders the real template through ansible-playbook: golden units, systemd-analyze verify, bad input.
+"""service_deploy renders the real template through ansible-playbook: golden units, systemd-analyze verify and security,
+bad input.
 
 Set UPDATE_GOLDEN=1 to rewrite tests/golden/ from the current template (then review the diff).
 """
@@ -139,8 +140,27 @@ def test_shm_cleanup_removes_only_unheld_stale_segments(rendered, tmp_path):
             proc.wait()
 
 
-@pytest.mark.skipif(not shutil.which('systemd-analyze'), reason='systemd-analyze not installed')
-def test_systemd_analyze_verify_accepts_every_unit(rendered, tmp_path):
+@pytest.fixture(scope='session')
+def systemd_analyze():
+    """systemd-analyze, installed (Debian's systemd package) when missing and we are root, as on a fresh CI machine.
+
+    `security --offline=true` needs systemd >= 252 (Debian 12).
+    """
+    if not shutil.which('systemd-analyze') and os.geteuid() == 0 and shutil.which('apt-get'):
+        env = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
+        subprocess.run(['apt-get', 'update', '-qq'], check=True, env=env, capture_output=True)
+        subprocess.run(['apt-get', 'install', '-y', '-qq', 'systemd'], check=True, env=env, capture_output=True)
+    path = shutil.which('systemd-analyze')
+    if not path:
+        pytest.fail('systemd-analyze not found: install systemd (apt-get install systemd)')
+    version = int(re.match(r'systemd (\d+)', subprocess.run([path, '--version'], capture_output=True, text=True,
+                                                             check=True).stdout).group(1))
+    if version < 252:
+        pytest.fail('systemd-analyze security --offline=true needs systemd >= 252, found %d' % version)
+    return path
+
+
+def test_systemd_analyze_verify_accepts_every_unit(systemd_analyze, rendered, tmp_path):
     # verify --root=R resolves ExecStart binaries and dependency units inside R: give it the rendered files, a stub
     # vLLM entry point and the host's unit directory (for sysinit.target & co). User= is not checked by verify.
     root = tmp_path / 'root'
@@ -151,20 +171,67 @@ def test_systemd_analyze_verify_accepts_every_unit(rendered, tmp_path):
     stub.write_text('#!/bin/sh\n')
     stub.chmod(0o755)
     for model in MODELS:
-        out = subprocess.run(['systemd-analyze', 'verify', '--man=no', '--root=%s' % root,
+        out = subprocess.run([systemd_analyze, 'verify', '--man=no', '--root=%s' % root,
                               '/etc/systemd/system/vllm-%s.service' % model], capture_output=True, text=True, check=False)
         assert out.returncode == 0 and out.stderr == '', (model, out.stderr)
 
 
-@pytest.mark.skipif(not shutil.which('systemd-analyze'), reason='systemd-analyze not installed')
-def test_systemd_analyze_verify_catches_a_broken_unit(rendered, tmp_path):
+def test_systemd_analyze_verify_catches_a_broken_unit(systemd_analyze, rendered, tmp_path):
     root = tmp_path / 'root'
     shutil.copytree(rendered['root'], root)
     shutil.copytree('/usr/lib/systemd/system', root / 'usr/lib/systemd/system', symlinks=True)
     # no stub vLLM binary this time
-    out = subprocess.run(['systemd-analyze', 'verify', '--man=no', '--root=%s' % root,
+    out = subprocess.run([systemd_analyze, 'verify', '--man=no', '--root=%s' % root,
                           '/etc/systemd/system/vllm-minimax-m25.service'], capture_output=True, text=True, check=False)
     assert out.returncode != 0 and 'Command /opt/vllm/bin/vllm is not executable' in out.stderr
+
+
+MAX_EXPOSURE = 4.0
+
+
+def exposure(systemd_analyze, unit):
+    """`systemd-analyze security --offline=true` of a unit file: (overall exposure, the report)."""
+    out = subprocess.run([systemd_analyze, 'security', '--offline=true', '--no-pager', str(unit)],
+                         capture_output=True, text=True, check=False)
+    found = re.search(r'Overall exposure level for \S+: (\d+\.\d+)', out.stdout)
+    assert out.returncode == 0 and found, (unit, out.stdout, out.stderr)
+    return float(found.group(1)), out.stdout
+
+
+@pytest.mark.parametrize('model', MODELS)
+def test_golden_unit_is_sandboxed(systemd_analyze, model):
+    score, report = exposure(systemd_analyze, GOLDEN / ('vllm-%s.service' % model))
+    assert score <= MAX_EXPOSURE, 'vllm-%s.service: exposure %.1f > %.1f\n%s' % (model, score, MAX_EXPOSURE, report)
+
+
+def test_sandbox_keeps_what_gpu_serving_needs():
+    """The relaxations the template explains stay: a better score must not cost the GPU hosts their model server."""
+    for model in MODELS:
+        unit = (GOLDEN / ('vllm-%s.service' % model)).read_text()
+        settings = re.findall(r'^(\w+)=(.*)$', unit, re.M)
+        assert ('DevicePolicy', 'closed') in settings and ('DeviceAllow', 'char-nvidia* rw') in settings  # /dev/nvidia*
+        assert ('DeviceAllow', 'char-infiniband_verbs rw') in settings  # NCCL over InfiniBand
+        assert ('RestrictAddressFamilies', 'AF_UNIX AF_INET AF_INET6 AF_NETLINK') in settings  # NCCL
+        names = {name for name, _value in settings}
+        # JIT (torch.compile, Triton), /dev/shm and /dev/nvidia*, the network, real users, other services' segments
+        assert not names & {'MemoryDenyWriteExecute', 'PrivateDevices', 'PrivateNetwork', 'IPAddressDeny', 'PrivateUsers',
+                            'ProcSubset', 'RemoveIPC', 'InaccessiblePaths'}, model
+        denied = ' '.join(v for n, v in settings if n == 'SystemCallFilter')
+        assert '@resources' not in denied and '@debug' not in denied and '@system-service' not in denied  # deny list only
+        assert '%C/llmfleet-vllm' in dict(settings)['WorkingDirectory'] and ('ProtectSystem', 'strict') in settings
+
+
+def test_extra_device_allow_entries(systemd_analyze, tmp_path):
+    root = tmp_path / 'root'
+    report = run_hosts(tmp_path, model_hosts(root, ['minimax-m25'], service_deploy_device_allow_extra=[
+        'char-gdrdrv rw', '/dev/infiniband/rdma_cm\nUser=root rw']))
+    assert report['rc'] == 0, report['raw']
+    unit_path = root / 'etc/systemd/system/vllm-minimax-m25.service'
+    unit = unit_path.read_text()
+    assert 'DeviceAllow=char-nvidia* rw\nDeviceAllow=char-infiniband_verbs rw\nDeviceAllow=char-gdrdrv rw\n' \
+           'DeviceAllow=/dev/infiniband/rdma_cm User=root rw\n' in unit  # one entry is one line, whatever it holds
+    assert re.findall(r'^User=.*$', unit, re.M) == ['User=vllm']
+    assert exposure(systemd_analyze, unit_path)[0] <= MAX_EXPOSURE
 
 
 BAD_CASES = [
