@@ -125,7 +125,8 @@ def disk_plan(needed_bytes, free_bytes, downloaded_bytes=0, candidates=None, pro
 
     margin = max(margin_bytes, int(needed_bytes * margin_fraction))
     to_download = max(needed_bytes - downloaded_bytes, 0)
-    required = to_download + margin
+    # Nothing to download writes nothing: a full disk must not block a re-run of a model already there.
+    required = to_download + margin if to_download else 0
     short = max(required - free_bytes, 0)
     prune, freed = [], 0
     for cand in candidates:

@@ -108,7 +108,7 @@ def space_check(local_dir, models_root, to_download_bytes, margin_bytes, free=No
     candidates = prune_candidates(models_root, local_dir) if models_root else []
     plan = disk_plan(to_download_bytes, free, 0, [{"path": c["path"], "size_bytes": c["size_bytes"]} for c in candidates],
                      [local_dir], margin_bytes, 0.0)
-    required = to_download_bytes + margin_bytes
+    required = to_download_bytes + margin_bytes if to_download_bytes else 0
     missing = max(required - free, 0)
     result = {
         "ok": missing == 0,

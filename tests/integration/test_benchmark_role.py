@@ -64,7 +64,7 @@ def _play(role_vars, out, host_vars):
     }
 
 
-def run_plays(tmp_path, cases, inventory="localhost,", host_vars=None, check=False, timeout=600):
+def run_plays(tmp_path, cases, inventory="localhost,", host_vars=None, check=False, timeout=600, cli=()):
     """One playbook, one play per role_vars in cases; returns (rc, [outcome dict], output).
 
     outcome: ok (bool) and msg on failure, else the role's published facts.
@@ -78,6 +78,8 @@ def run_plays(tmp_path, cases, inventory="localhost,", host_vars=None, check=Fal
         cmd += ["-c", "local"]
     if check:
         cmd.append("--check")
+    for key_value in cli:  # -e key=value: every such value reaches the role as a string
+        cmd += ["-e", key_value]
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_HOST_KEY_CHECKING="false")
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
@@ -161,6 +163,27 @@ def test_two_models_compared(stream_server, tmp_path):
     assert os.path.basename(new["plot"]) in md
     assert png_size(new["plot"]) == (1100, 420)
     assert os.path.dirname(new["report"]) == str(tmp_path / "results" / "reports" / "localhost")
+
+
+def test_cli_strings_and_report_without_matplotlib(stream_server, tmp_path):
+    """-e strings behave as typed, and a controller python without matplotlib still gets the Markdown report."""
+    old = stream_server("--model-name", "model-old", "--token-delay", "0.002")
+    new = stream_server("--model-name", "model-new", "--token-delay", "0.002")
+    rc, _first, out = run_role(tmp_path, base_vars(tmp_path, old.base_url))
+    assert rc == 0, out
+    bare = tmp_path / "no-matplotlib"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    cli = ["benchmark_gpu_power=false", "benchmark_use_vllm_bench=false", "benchmark_report_plot=true",
+           "benchmark_fetch=true", "benchmark_report=true", "benchmark_requests_per_level=3",
+           "benchmark_controller_python=%s" % (bare / "bin" / "python")]
+    rc, res, out = run_role(tmp_path, base_vars(tmp_path, new.base_url, benchmark_compare_to="model-old"), cli=cli)
+    assert rc == 0 and res["ok"], out
+    assert res["result"]["gpu_power"]["reason"] == "benchmark_gpu_power is false", res["result"]["gpu_power"]
+    assert [lv["requests"] for lv in res["result"]["levels"]] == [3, 3]
+    assert res["result"]["vllm_bench"] in (None, {}) or not res["result"]["vllm_bench"].get("levels")
+    assert res["plot"] is None and "| Concurrency | model-new tok/s | model-old tok/s |" in res["markdown"]
+    assert open(res["report"]).read() == res["markdown"]
+    assert "without the PNG plot" in out and "matplotlib" in out, out[-3000:]
 
 
 def test_error_rate_over_limit_fails_after_storing(stream_server, tmp_path):

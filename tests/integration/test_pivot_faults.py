@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import urllib.request
 
@@ -165,3 +166,94 @@ def test_unit_that_fails_to_start_is_rolled_back(pivot):
     assert _is_active("tiny-llama-b") != "active"
     # Nothing deleted: both models' weights are on disk.
     assert _ssh("ls", "/srv/models/tiny-llama-a/config.json", "/srv/models/tiny-llama-b/config.json").count("config.json") == 2
+
+
+# --- Taking over, prune on shared storage, patches, healing and -e strings, through real pivots -----------------
+# These run last, in this order: the first leaves tiny-llama-b serving from /srv/small, the second pivots back to
+# tiny-llama-a, the last leaves the host without a healthy model.
+HANDMADE = "vllm-handmade.service"
+B_PORT = PORTS["tiny-llama-b"]["port"]
+B_PATCHED = dict(PORTS["tiny-llama-b"], patches=[{
+    "name": "drop-use-cache", "applies_to": "model", "target": "config.json", "delete_keys": ["use_cache"],
+    "description": "test patch: a key vLLM does not need"}])
+
+
+def _skipped(stdout: str, task: str) -> bool:
+    return re.search(r"TASK \[llmfleet\.vllm\.pivot : %s\] \*+\nskipping: \[%s\]" % (re.escape(task), MACHINE), stdout) is not None
+
+
+def test_server_outside_the_collection_is_refused_by_name(pivot):
+    """A hand-made vllm-*.service holding tiny-llama-b's port: refused before any change, naming unit and port."""
+    pid = _main_pid("tiny-llama-a")
+    _ssh("printf '[Service]\\nExecStart=/usr/bin/python3 -m http.server %d --bind 127.0.0.1\\n' > /etc/systemd/system/%s"
+         " && systemctl daemon-reload && systemctl start %s" % (B_PORT, HANDMADE, HANDMADE))
+    assert _ssh("systemctl", "is-active", HANDMADE) == "active"
+    result = pivot("-e", "model=tiny-llama-b")
+    assert result.returncode != 0
+    assert HANDMADE in result.stdout and f"port {B_PORT} is taken" in result.stdout, result.stdout[-4000:]
+    assert "pivot_adopt_unit" in result.stdout
+    _assert_a_untouched(pid)
+    assert _ssh("systemctl", "is-active", HANDMADE) == "active"
+
+
+def test_take_over_prune_patch_and_heal_in_one_pivot(pivot):
+    """-e strings all the way: pivot_gate=false, pivot_benchmark=false, pivot_prune=true, pivot_adopt_unit.
+
+    The models root is a 64 MiB tmpfs so the disk plan is exact: tiny-llama-b (copied there without its last shard,
+    one byte of its first shard flipped), a 16 MiB dir another host of the storage serves, and a 16 MiB old dir
+    that may go.
+    """
+    _ssh("mkdir -p /srv/small && mount -t tmpfs -o size=64m tmpfs /srv/small && cp -a /srv/models/tiny-llama-b /srv/small/"
+         " && mkdir -p /srv/small/aaa-shared /srv/small/zz-old /srv/small/.llmfleet/serving"
+         " && head -c 16M /dev/urandom > /srv/small/aaa-shared/w && head -c 16M /dev/urandom > /srv/small/zz-old/w"
+         " && echo '{\"host\": \"other-host\", \"model\": \"aaa-shared\"}' > /srv/small/.llmfleet/serving/other-host.json"
+         " && rm /srv/small/tiny-llama-b/model-00003-of-00003.safetensors"
+         " && printf X | dd of=/srv/small/tiny-llama-b/model-00001-of-00003.safetensors bs=1 seek=2000 conv=notrunc status=none")
+    free = int(_ssh("python3", "-c", "import shutil; print(shutil.disk_usage('/srv/small').free)"))
+    margin_gb = (free + 8 * 2**20) / 1e9  # 8 MiB short: pruning zz-old (16 MiB) is enough, aaa-shared must stay
+    extra = json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-b": B_PATCHED})})
+    result = pivot("-e", "model=tiny-llama-b", "-e", extra, "-e", "pivot_models_root=/srv/small",
+                   "-e", f"pivot_adopt_unit={HANDMADE}", "-e", "pivot_gate=false", "-e", "pivot_benchmark=false",
+                   "-e", "pivot_prune=true", "-e", f"model_fetch_space_margin_gb={margin_gb:.6f}")
+    out = result.stdout
+    assert result.returncode == 0, out[-6000:]
+    # Taken over: stopped and disabled; tiny-llama-b now holds its port.
+    assert _ssh("systemctl", "is-active", HANDMADE) != "active"
+    assert _ssh("systemctl", "is-enabled", HANDMADE) != "enabled"
+    assert _healthy(f"http://127.0.0.1:{B_PORT}") and _is_active("tiny-llama-a") != "active"
+    # Pruned what could go, kept what another host of the storage serves.
+    assert _ssh("test", "-e", "/srv/small/zz-old", "||", "echo", "gone") == "gone"
+    assert _ssh("ls", "/srv/small/aaa-shared/w") == "/srv/small/aaa-shared/w"
+    # The flipped shard was fetched again in this run; the damaged copy is kept aside.
+    assert "model-00001-of-00003.safetensors" in _ssh("ls", "/srv/small/tiny-llama-b/.cache/llmfleet/quarantine/")
+    # The catalog patch was applied after verification, the original kept.
+    assert "use_cache" not in json.loads(_ssh("cat", "/srv/small/tiny-llama-b/config.json"))
+    assert json.loads(_ssh("cat", "/srv/small/tiny-llama-b/.cache/llmfleet/originals/config.json"))["use_cache"] is True
+    # pivot_gate=false and pivot_benchmark=false (strings) switched those steps off.
+    assert _skipped(out, "Gate on throughput and errors"), out[-6000:]
+    assert _skipped(out, "Benchmark the new model and compare it with the previous one"), out[-6000:]
+    # A second run changes nothing: the patched config is not re-downloaded or re-patched.
+    again = pivot("-e", "model=tiny-llama-b", "-e", extra, "-e", "pivot_models_root=/srv/small")
+    assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-4000:]
+
+
+def test_failed_benchmark_after_a_passed_gate_keeps_the_pivot(pivot):
+    """The benchmark after the switch fails (every request times out): the pivot succeeds and says so."""
+    result = pivot("-e", "model=tiny-llama-a", "-e", "pivot_benchmark=true", "-e", '{"pivot_benchmark_concurrency": [1]}',
+                   "-e", "benchmark_request_timeout_s=0.001", "-e", "pivot_gate_requests_per_level=3")
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert "benchmark failed (pivot kept)" in result.stdout, result.stdout[-6000:]
+    assert re.search(r"no request completed|error rate above", result.stdout), result.stdout[-6000:]
+    assert _healthy(A_URL) and _is_active("tiny-llama-b") != "active"
+    record = json.loads(_ssh("sh", "-c", "cat $(ls -t /var/lib/llmfleet/pivots/*-tiny-llama-a.json | head -1)"))
+    assert {level["requests"] for level in record["gate"]} == {3}, record["gate"]
+
+
+def test_rollback_false_from_the_cli_leaves_the_failed_model(pivot):
+    """-e pivot_rollback=false (a string): a failing start is not rolled back. Leaves no model serving: runs last."""
+    bad_b = dict(PORTS["tiny-llama-b"], serving={"extra_args": ["--no-such-flag"]})
+    extra = json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-b": bad_b})})
+    result = pivot("-e", "model=tiny-llama-b", "-e", extra, "-e", "pivot_rollback=false")
+    assert result.returncode != 0
+    assert "Rolled back" not in result.stdout and _skipped(result.stdout, "Roll back to the previous model")
+    assert _is_active("tiny-llama-a") != "active"

@@ -8,6 +8,9 @@ ports (per-host `llmfleet_models_extra` overrides of `port`). The tests run in o
 3. back to tiny-llama-a in batches of 1 with fleet-r2 (second batch) failing its pivot gate: the rollout
    stops, fleet-r2 is rolled back to b, fleet-r3 is never touched (same MainPID), the canary keeps a
 4. the same rollout without the fault continues: the canary is a no-op (same MainPID), r2 and r3 pivot
+5. back to tiny-llama-a with a canary gate no model can pass: the canary is rolled back, r2/r3 untouched
+6. back to tiny-llama-a without canary, batches of 2, rollout_max_fail_percentage=50 and r2 failing: the first
+   batch is within the budget, so the second (r3) still pivots
 
 Every vLLM start takes 1.5-4 minutes on the CPU engine, so the module takes 20-40 minutes.
 """
@@ -183,6 +186,40 @@ def test_4_rerun_continues_where_it_stopped(fleet):
     assert "| fleet-r2 | tiny-llama-b | pivoted | tiny-llama-a |" in report, report
     print(report)
 
+
+def test_5_canary_failing_its_gate_stops_the_fleet(fleet):
+    """b -> a with a canary ratio no model can reach (-e strings): the canary is put back, no other host changes."""
+    pids = {host: _main_pid(host, "tiny-llama-b") for host in ("fleet-r2", "fleet-r3")}
+    result = fleet.rollout("5-b-to-a-canary-gate", "-e", "model=tiny-llama-a", "-e", "rollout_batch_size=2",
+                           "-e", "rollout_min_tok_s_ratio=1000", "-e", "rollout_canary_rollback=true")
+    assert result.returncode != 0, _tail(result)
+    assert "canary gate: tiny-llama-a on fleet-r1 reached" in result.stdout, _tail(result)
+    assert _serving("fleet-r1") == "tiny-llama-b" and _healthy("fleet-r1", "tiny-llama-b")
+    assert _is_active("fleet-r1", "tiny-llama-a") != "active"
+    for host, pid in pids.items():
+        assert _serving(host) == "tiny-llama-b" and _main_pid(host, "tiny-llama-b") == pid, host
+    report = fleet.report("tiny-llama-a")
+    assert "| fleet-r1 | tiny-llama-b | gate_failed |" in report, report
+    assert "| fleet-r2 | tiny-llama-b | stopped before its batch |" in report, report
+
+
+def test_6_failure_within_max_fail_percentage_continues(fleet):
+    """b -> a without canary in batches of 2, 50 % allowed to fail: fleet-r2 fails in the first batch, which is
+    within the budget, so the second batch (fleet-r3) still runs. (test 3 shows a batch past the budget stopping.)"""
+    fleet.set_fault("fleet-r2")
+    try:
+        result = fleet.rollout("6-b-to-a-max-fail", "-e", "model=tiny-llama-a", "-e", "rollout_canary=false",
+                               "-e", "rollout_batch_size=2", "-e", "rollout_max_fail_percentage=50")
+    finally:
+        fleet.set_fault(None)
+    assert result.returncode != 0, _tail(result)  # a host failed: the run says so
+    assert _serving("fleet-r1") == "tiny-llama-a" and _healthy("fleet-r1", "tiny-llama-a")
+    assert _serving("fleet-r2") == "tiny-llama-b" and _healthy("fleet-r2", "tiny-llama-b")  # rolled back
+    assert _serving("fleet-r3") == "tiny-llama-a" and _healthy("fleet-r3", "tiny-llama-a")
+    report = fleet.report("tiny-llama-a")
+    assert "| fleet-r2 | tiny-llama-b | failed |" in report, report
+    assert "| fleet-r3 | tiny-llama-a | pivoted | tiny-llama-b |" in report, report
+    print(report)
 
 # --- Multi-node Ray (playbooks/ray-cluster.yml): what the CPU test bed can check -------------------------
 # Two test hosts (the vLLM CPU image) become a Ray head and a worker: Ray is installed into the vLLM venv,

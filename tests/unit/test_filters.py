@@ -250,6 +250,26 @@ def test_disk_plan_reports_when_even_pruning_is_not_enough():
     assert 'pruning every allowed candidate frees only 540.0 GiB' in plan['errors'][0]
 
 
+def test_disk_plan_nothing_to_download_needs_no_space():
+    # A re-run for a model already on a nearly full disk writes nothing: no margin is asked for.
+    plan = fit_filter.disk_plan(100 * GIB, 1, downloaded_bytes=100 * GIB)
+    assert plan['ok'] and plan['required_free_bytes'] == 0 and plan['prune'] == []
+
+
+def test_gpu_memory_free_on_an_8_gpu_box():
+    entry = catalog_filter.catalog_entry('minimax-m25')  # TP 4, default gpu_memory_utilization 0.9
+    gpus = [{'index': i, 'memory_total_mib': 97887, 'memory_used_mib': 0} for i in range(8)]
+    assert fit_filter.gpu_memory_free(entry, {'gpus': gpus})['ok']
+    gpus[2]['memory_used_mib'] = 40000  # a process another user left on GPU 2
+    check = fit_filter.gpu_memory_free(entry, {'gpus': gpus})
+    assert not check['ok'] and len(check['errors']) == 1 and check['errors'][0].startswith('GPU 2 has 57887 MiB free')
+    assert [c['index'] for c in check['checked']] == [0, 1, 2, 3]
+    assert fit_filter.gpu_memory_free(entry, {'gpus': gpus}, [4, 5, 6, 7])['ok']  # other GPUs assigned
+    assert fit_filter.gpu_memory_free(entry, {'gpus': gpus[:2]})['errors'][-1] == 'GPU 3 is not on this host'
+    with pytest.raises(AnsibleFilterError, match='llmfleet_gpu fact'):
+        fit_filter.gpu_memory_free(entry, None)
+
+
 def test_disk_plan_bad_input():
     assert fit_filter.disk_plan(-1, 10)['errors'] == ['needed_bytes must be a non-negative integer number of bytes, got -1']
     assert 'candidates[0] must be {path: str, size_bytes: int >= 0}' in fit_filter.disk_plan(1, 10, candidates=['/x'])['errors'][0]

@@ -51,6 +51,10 @@ def test_space_check_ok_and_short_lists_prune_candidates(tmp_path):
     assert "would not be enough" in short["msg"]
 
 
+def test_space_check_nothing_to_download_is_ok_on_a_full_disk(tmp_path):
+    assert hfd.space_check(str(tmp_path / "m"), str(tmp_path), 0, 10 * hfd.GB, free=0)["ok"]
+
+
 def test_space_check_never_lists_the_target(tmp_path):
     write(tmp_path / "m" / "half" / "x", 100)
     result = hfd.space_check(str(tmp_path / "m" / "half"), str(tmp_path / "m"), 10, 0, free=0)
