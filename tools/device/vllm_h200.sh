@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# The real vLLM CUDA run on the device tool's H200 (issue 17, docs/gpu-validation.md), from the repo root there:
+#   tools/device/vllm_h200.sh PHASE...
+# Phases, in the order of the run (several per device call; state between calls lives outside the repo copy):
+#   probe        machine facts: glibc, PID 1, systemd, the Python environment, packages, GPU, CUDA as non-root
+#   carryN       chunk N (.whl/cNN from tools/device/vllm_bundle.sh) to /root/carry, sha256-checked; carry0 also
+#                unpacks the model skeleton and starts tools/device/random_llama.py weights in the background
+#   install      reassemble the bundle (sha256), ansible-core to /tmp/site, vllm_install.yml, wait for the
+#                weights, vllm_verify.yml (shard_verify fast and full)
+#   serve-LABEL  vllm_serve.yml; cold: page cache dropped and the service's cache directory removed first;
+#                sleep: the catalog entry's sleep profile (--enable-sleep-mode)
+#   bench        /metrics, vllm_bench.yml (roles/benchmark), /metrics, one raw `vllm bench serve` result
+#   stop-LABEL   unit_runner.py stop, timed
+#   sleepwake    tools/device/sleep_wake.py: 3 cycles of /sleep?level=1, /wake_up, first request
+#   pack         /root/h200 (results, logs, unit state) to $OUT/h200-vllm.tgz
+# The first failing phase ends the list, except that pack still runs when named.
+# Env: H200_SERVICE_USER (default vllm: the unit's User=), H200_VENV (default: the venv python3 runs in).
+set -uo pipefail
+repo=$(pwd)
+RES=/root/h200
+CARRY=/root/carry
+SITE=/tmp/site
+SHIM=/tmp/llmfleet-shim
+MODEL=h200-llama3-8b-random
+MODEL_DIR=/srv/models/$MODEL
+UNIT=vllm-$MODEL.service
+URL=http://127.0.0.1:8000
+user=${H200_SERVICE_USER:-vllm}
+mkdir -p "$RES" "$CARRY"
+export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+py=$(command -v python3)
+read -r prefix base_prefix < <($py -c 'import sys; print(sys.prefix, sys.base_prefix)')
+if [ -n "${H200_VENV:-}" ]; then venv=$H200_VENV; site=true
+elif [ "$prefix" != "$base_prefix" ]; then venv=$prefix; site=false  # the image's own venv, holding its torch
+else venv=/opt/vllm; site=true; fi                                     # a new venv that sees the system's torch
+coll=/tmp/llmfleet-coll
+mkdir -p $coll/ansible_collections/llmfleet
+ln -sfn "$repo" $coll/ansible_collections/llmfleet/vllm
+export PYTHONPATH=$coll:$SITE PATH=$SHIM:$PATH
+export ANSIBLE_COLLECTIONS_PATH=$coll ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default ANSIBLE_NOCOLOR=1
+export ANSIBLE_LOCALHOST_WARNING=0 ANSIBLE_INVENTORY_UNPARSED_WARNING=0 ANSIBLE_DEPRECATION_WARNINGS=0
+$py "$repo/tools/device/unit_runner.py" shims $SHIM >/dev/null
+playbook() {
+  (cd /tmp && $py -m ansible.cli.playbook -i localhost, -c local -e ansible_python_interpreter="$py" \
+    -e out=$RES -e venv="$venv" "$@")
+}
+fetch() { $py -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=30).read().decode())' "$1"; }
+step() { echo; echo "===== $* ($(date -u +%T), $(awk '{print $1}' /proc/uptime) s up)"; }
+
+probe() {
+  uname -a; grep PRETTY /etc/os-release; ldd --version | head -1
+  echo "PID 1: $(tr '\0' ' ' < /proc/1/cmdline) ($(cat /proc/1/comm))"
+  for c in systemctl journalctl systemd-run runuser setpriv gcc nvcc curl; do echo "$c: $(command -v $c || echo -)"; done
+  echo "python3 $py prefix=$prefix base_prefix=$base_prefix -> venv $venv (create with system site-packages: $site)"
+  cat "$prefix/pyvenv.cfg" 2>/dev/null; ls -ld "$prefix" "$prefix/bin/pip" "$prefix/bin/activate" 2>&1
+  $py -m pip list 2>/dev/null | grep -iE '^(torch|triton|numpy|transformers|tokenizers|huggingface.hub|safetensors|numba|llvmlite|protobuf|setuptools|aiohttp|pydantic|fastapi|uvicorn|openai|msgspec|pyzmq|cachetools|blake3|cryptography|jinja2|pyyaml|packaging|nvidia-ml-py|uvloop|torchvision|grpcio|matplotlib|pandas|typing.extensions|anyio|httpx|vllm) '
+  nvidia-smi --query-gpu=name,memory.total,memory.used,power.draw,power.limit,driver_version --format=csv,noheader
+  ls -l /dev/nvidia* | head -8
+  env | grep -E '^(LD_LIBRARY_PATH|CUDA|NVIDIA|PATH)=' ; ulimit -n -Hn
+  df -h / /tmp | tail -2; free -g | head -2; nproc; ls /usr/share/common-licenses | head -3
+  echo "CUDA as nobody: $(setpriv --reuid=65534 --regid=65534 --clear-groups $py -c 'import torch; print(torch.cuda.is_available(), torch.cuda.get_device_name(0))' 2>&1 | tail -1)"
+  sync; echo 3 > /proc/sys/vm/drop_caches && echo "drop_caches: ok"
+}
+
+carry() {
+  local n; n=$(printf %02d "$1")
+  [ -d ".whl/c$n" ] || { echo "no .whl/c$n in this call"; return 1; }
+  mv -f ".whl/c$n"/* $CARRY/ || return 1
+  (cd $CARRY && grep " bundle.part$n\$" SHA256SUMS | sha256sum -c -) || return 1
+  if [ "$n" = 00 ]; then
+    (cd $CARRY && grep " skel.tgz\$" SHA256SUMS | sha256sum -c -) || return 1
+    mkdir -p $MODEL_DIR && tar xzf $CARRY/skel.tgz -C $MODEL_DIR || return 1
+    setsid bash -c "$py $repo/tools/device/random_llama.py weights $MODEL_DIR > $RES/model-weights.log 2>&1; echo \$? > $RES/model-weights.rc" \
+      < /dev/null > /dev/null 2>&1 &
+    echo "weight writer started (pid $!)"
+  fi
+  ls -la $CARRY | tail -n +2; df -h / | tail -1
+  [ -f $RES/model-weights.rc ] && echo "weights: rc $(cat $RES/model-weights.rc)" || tail -c 300 $RES/model-weights.log 2>/dev/null
+  return 0
+}
+
+install() {
+  (cd $CARRY && cat bundle.part[0-9][0-9] > bundle.tar && grep " bundle.tar\$" SHA256SUMS | sha256sum -c - \
+    && tar xf bundle.tar && rm -f bundle.part[0-9][0-9] bundle.tar) || return 1
+  ls $CARRY/wheels | wc -l
+  $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE \
+    $CARRY/wheels/{ansible_core,resolvelib,cryptography,cffi,pycparser}-*.whl || return 1
+  $py -m ansible.cli.playbook --version | head -1
+  local t0=$SECONDS
+  playbook "$repo/tools/device/vllm_install.yml" -e wheels=$CARRY/wheels -e deps_file="$repo/tools/device/vllm-h200-deps.txt" \
+    -e python="$py" -e site_packages=$site || return 1
+  echo "vllm_install.yml: $((SECONDS - t0)) s"
+  for _ in $(seq 1 300); do [ -f $RES/model-weights.rc ] && break; sleep 1; done
+  cat $RES/model-weights.log; [ "$(cat $RES/model-weights.rc 2>/dev/null)" = 0 ] || return 1
+  du -sb $MODEL_DIR; ls -la $MODEL_DIR
+  playbook "$repo/tools/device/vllm_verify.yml" -e model_dir=$MODEL_DIR
+}
+
+serve() {
+  local label=$1 profile=""
+  [ "$label" = sleep ] && profile=sleep
+  if [ "$label" = cold ]; then
+    rm -rf /var/cache/llmfleet-vllm
+    sync; echo 3 > /proc/sys/vm/drop_caches || echo "could not drop the page cache"
+  fi
+  rm -rf "/tmp/torchinductor_$user"  # the unit has PrivateTmp=true: every start sees an empty /tmp
+  playbook "$repo/tools/device/vllm_serve.yml" -e label="$label" -e profile="$profile" -e service_user="$user"
+  local rc=$?
+  grep -E "time_to_ready_s|ActiveState" $RES/ready-$label.json 2>/dev/null
+  return $rc
+}
+
+bench() {
+  ulimit -n 65536
+  fetch $URL/metrics > $RES/metrics-before-bench.txt
+  local ready
+  ready=$($py -c 'import json, sys; print(json.load(open(sys.argv[1]))["time_to_ready_s"])' $RES/ready-cold.json)
+  playbook "$repo/tools/device/vllm_bench.yml" -e ready_s="$ready" || return 1
+  fetch $URL/metrics > $RES/metrics-after-bench.txt
+  # One raw result file of vLLM's own client, as it writes it (the role keeps only the parsed levels).
+  (cd /tmp && "$venv/bin/vllm" bench serve --backend vllm --base-url $URL --endpoint /v1/completions --model $MODEL_DIR \
+    --served-model-name $MODEL --dataset-name random --random-input-len 128 --random-output-len 128 --ignore-eos \
+    --max-concurrency 64 --num-prompts 256 --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99 \
+    --save-result --result-dir $RES --result-filename vllm-bench-raw-c64.json) 2>&1 | tail -40
+  fetch $URL/metrics > $RES/metrics-after-raw-bench.txt
+}
+
+stop_unit() {
+  $py "$repo/tools/device/unit_runner.py" stop $UNIT | tee "$RES/stop-$1.json"
+}
+
+pack() {
+  cp /run/llmfleet-units/* $RES/ 2>/dev/null
+  nvidia-smi > $RES/nvidia-smi-end.txt 2>&1
+  rm -rf $RES/results/.run-*
+  tar czf "$OUT/h200-vllm.tgz" -C $RES . && ls -la "$OUT"
+}
+
+status=0
+for phase in "$@"; do
+  if [ $status -ne 0 ] && [ "$phase" != pack ]; then continue; fi
+  step "$phase"
+  case $phase in
+    probe) probe ;;
+    carry[0-9]*) carry "${phase#carry}" ;;
+    install) install ;;
+    serve-*) serve "${phase#serve-}" ;;
+    bench) bench ;;
+    stop-*) stop_unit "${phase#stop-}" ;;
+    sleepwake) $py "$repo/tools/device/sleep_wake.py" $URL $MODEL $RES/sleep-wake.json --cycles 3 ;;
+    pack) pack ;;
+    *) echo "unknown phase $phase"; false ;;
+  esac
+  rc=$?
+  echo "===== $phase: rc $rc ($(date -u +%T))"
+  [ $rc -eq 0 ] || status=$rc
+done
+exit $status
