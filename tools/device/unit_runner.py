@@ -333,6 +333,7 @@ def start(unit_file, pass_env=()):
         os.dup2(log.fileno(), 2)
         os.closerange(3, log.fileno())
         os.closerange(log.fileno() + 1, 4096)
+        sys.stdout = sys.stderr = open(2, "w", closefd=False)
         try:
             supervise(unit_file, unit, env, log)
         except BaseException:  # noqa: B902 - report anything in the unit's log, then leave
