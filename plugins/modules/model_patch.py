@@ -18,7 +18,7 @@ description:
   - Patches are always computed from the original, so a re-run changes nothing, and a patch removed from the
     catalog puts the original back. A target file that does not exist, or that already lacks the keys, is left as
     it is and reported with C(changed=false).
-  - M(llmfleet.vllm.shard_verify) and M(llmfleet.vllm.hf_snapshot) read the record: the original is checked against
+  - M(llmfleet.vllm.shard_verify) and M(llmfleet.vllm.hf_snapshot) read the record. The original is checked against
     the hub's manifest and the live file against the record, so a patched file is neither reported corrupt nor
     downloaded again.
   - Patches with C(applies_to=vllm) are not handled here; the vllm_install role applies engine patches

@@ -221,6 +221,7 @@ def test_6_failure_within_max_fail_percentage_continues(fleet):
     assert "| fleet-r3 | tiny-llama-a | pivoted | tiny-llama-b |" in report, report
     print(report)
 
+
 # --- Multi-node Ray (playbooks/ray-cluster.yml): what the CPU test bed can check -------------------------
 # Two test hosts (the vLLM CPU image) become a Ray head and a worker: Ray is installed into the vLLM venv,
 # the units are rendered and pass `systemd-analyze verify`, the head starts first, the worker joins, and

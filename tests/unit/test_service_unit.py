@@ -153,8 +153,8 @@ def systemd_analyze():
     path = shutil.which('systemd-analyze')
     if not path:
         pytest.fail('systemd-analyze not found: install systemd (apt-get install systemd)')
-    version = int(re.match(r'systemd (\d+)', subprocess.run([path, '--version'], capture_output=True, text=True,
-                                                             check=True).stdout).group(1))
+    banner = subprocess.run([path, '--version'], capture_output=True, text=True, check=True).stdout
+    version = int(re.match(r'systemd (\d+)', banner).group(1))
     if version < 252:
         pytest.fail('systemd-analyze security --offline=true needs systemd >= 252, found %d' % version)
     return path
