@@ -22,6 +22,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 STATE = os.environ.get("TESTBED_STATE", "/var/lib/llmfleet-testbed")
 VLLM_READY_TIMEOUT_S = 420
+VLLM_SERVER_SSH_PORT = "2231"
 
 
 @dataclass
@@ -112,7 +113,7 @@ def vllm_image() -> str:
 @pytest.fixture(scope="session")
 def vllm_server(vllm_image: str, tiny_models: str):
     """A real vLLM CPU server serving tiny-llama-a inside a systemd test host."""
-    machine, ssh_port, http_port, model = "itest-vllm", "2231", 8301, "tiny-llama-a"
+    machine, ssh_port, http_port, model = "itest-vllm", VLLM_SERVER_SSH_PORT, 8301, "tiny-llama-a"
     _run(TESTBED, "up", machine, ssh_port, vllm_image)
     try:
         dest = os.path.join(STATE, machine, "rootfs", "srv", "models", model)
@@ -131,3 +132,16 @@ def vllm_server(vllm_image: str, tiny_models: str):
         yield server
     finally:
         subprocess.run([TESTBED, "down", machine], check=False, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def machine_inventory(vllm_server, tmp_path_factory) -> str:
+    """Inventory file (JSON) that reaches the vllm_server machine over SSH, as root."""
+    key = _run(TESTBED, "key").stdout.strip()
+    inv = tmp_path_factory.mktemp("inv") / "hosts.yml"
+    inv.write_text(json.dumps({"all": {"hosts": {vllm_server.machine: {
+        "ansible_host": "127.0.0.1", "ansible_port": int(VLLM_SERVER_SSH_PORT), "ansible_user": "root",
+        "ansible_ssh_private_key_file": key,
+        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}}}}))
+    return str(inv)
+

@@ -251,18 +251,7 @@ def test_check_mode_sends_nothing_writes_nothing(stream_server, tmp_path):
 
 
 # ----------------------------------------------------------------------------- real vLLM (CPU) in a test host
-
-
-@pytest.fixture(scope="module")
-def machine_inventory(vllm_server, tmp_path_factory):
-    key = subprocess.run([TESTBED, "key"], check=True, capture_output=True, text=True).stdout.strip()
-    inv = tmp_path_factory.mktemp("inv") / "hosts.yml"
-    port = {"itest-vllm": 2231}[vllm_server.machine]
-    inv.write_text(json.dumps({"all": {"hosts": {vllm_server.machine: {
-        "ansible_host": "127.0.0.1", "ansible_port": port, "ansible_user": "root",
-        "ansible_ssh_private_key_file": key,
-        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}}}}))
-    return str(inv)
+# `machine_inventory` (conftest.py): an inventory file for the vllm_server machine.
 
 
 def test_real_vllm_sweep_store_fetch_and_compare(vllm_server, machine_inventory, tmp_path):

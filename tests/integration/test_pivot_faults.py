@@ -155,8 +155,24 @@ def test_corrupt_shard_was_moved_aside_and_is_fetched_again(pivot):
     assert _ssh("test", "-e", "/srv/models/tiny-llama-b/model-00002-of-00003.safetensors", "||", "echo", "gone") == "gone"
 
 
-def test_unit_that_fails_to_start_is_rolled_back(pivot):
+def test_flag_vllm_does_not_know_is_refused_before_any_change(pivot):
+    """The unit's command line is parsed by the host's own vLLM in preflight: a bad flag never reaches systemd."""
+    pid = _main_pid("tiny-llama-a")
     bad_b = dict(PORTS["tiny-llama-b"], serving={"extra_args": ["--no-such-flag"]})
+    extra = json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-b": bad_b})})
+    result = pivot("-e", "model=tiny-llama-b", "-e", extra)
+    assert result.returncode != 0
+    assert re.search(r"vLLM \d+\.\d+\.\d+\S* rejects the command line of tiny-llama-b: unrecognized arguments: --no-such-flag",
+                     result.stdout), result.stdout[-4000:]
+    _assert_a_untouched(pid)
+
+
+# vLLM accepts the flag, but the engine cannot start: max_model_len above the model's 256 positions.
+UNSTARTABLE_B = dict(PORTS["tiny-llama-b"], serving={"max_model_len": 1000000})
+
+
+def test_unit_that_fails_to_start_is_rolled_back(pivot):
+    bad_b = UNSTARTABLE_B
     extra = json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-b": bad_b})})
     result = pivot("-e", "model=tiny-llama-b", "-e", extra)
     assert result.returncode != 0
@@ -170,7 +186,7 @@ def test_unit_that_fails_to_start_is_rolled_back(pivot):
 
 # --- Taking over, prune on shared storage, patches, healing and -e strings, through real pivots -----------------
 # These run last, in this order: the first leaves tiny-llama-b serving from /srv/small, the second pivots back to
-# tiny-llama-a, the last leaves the host without a healthy model.
+# tiny-llama-a, the third leaves the host without a healthy model, the last serves tiny-llama-b with tools.
 HANDMADE = "vllm-handmade.service"
 B_PORT = PORTS["tiny-llama-b"]["port"]
 B_PATCHED = dict(PORTS["tiny-llama-b"], patches=[{
@@ -247,15 +263,38 @@ def test_failed_benchmark_after_a_passed_gate_keeps_the_pivot(pivot):
     assert "benchmark failed (pivot kept)" in result.stdout, result.stdout[-6000:]
     assert re.search(r"no request completed|error rate above", result.stdout), result.stdout[-6000:]
     assert _healthy(A_URL) and _is_active("tiny-llama-b") != "active"
-    record = json.loads(_ssh("sh", "-c", "cat $(ls -t /var/lib/llmfleet/pivots/*-tiny-llama-a.json | head -1)"))
+    record = json.loads(_ssh("cat $(ls -t /var/lib/llmfleet/pivots/*-tiny-llama-a.json | head -1)"))
     assert {level["requests"] for level in record["gate"]} == {3}, record["gate"]
 
 
 def test_rollback_false_from_the_cli_leaves_the_failed_model(pivot):
     """-e pivot_rollback=false (a string): a failing start is not rolled back. Leaves no model serving: runs last."""
-    bad_b = dict(PORTS["tiny-llama-b"], serving={"extra_args": ["--no-such-flag"]})
-    extra = json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-b": bad_b})})
+    extra = json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-b": UNSTARTABLE_B})})
     result = pivot("-e", "model=tiny-llama-b", "-e", extra, "-e", "pivot_rollback=false")
     assert result.returncode != 0
     assert "Rolled back" not in result.stdout and _skipped(result.stdout, "Roll back to the previous model")
     assert _is_active("tiny-llama-a") != "active"
+
+
+def test_tool_calling_profile_passes_the_tool_call_smoke_test(pivot):
+    """The catalog's `tools` profile of tiny-llama-b (hermes parser, auto tool choice): the pivot's smoke test sends
+    one chat request with a tool and needs a parsed call back. A random-weight model cannot be expected to choose the
+    tool, so the test names it (-e pivot_gate_tool_call=forced): vLLM constrains the output to the tool's schema and
+    returns it as a tool call; the parser's own path (auto) needs a real model (docs/pivot-safety.md)."""
+    result = pivot("-e", "model=tiny-llama-b", "-e", "pivot_profile=tools", "-e", "pivot_gate_tool_call=forced")
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert re.search(r"TASK \[llmfleet\.vllm\.pivot : Smoke test one tool call[^\]]*\] \*+\nok: \[%s\]" % MACHINE,
+                     result.stdout), result.stdout[-6000:]
+    unit = _ssh("cat", "/etc/systemd/system/vllm-tiny-llama-b.service")
+    assert "--enable-auto-tool-choice" in unit and "--tool-call-parser hermes" in unit, unit
+    body = json.dumps({"model": "tiny-llama-b", "messages": [{"role": "user", "content": "weather?"}],
+                       "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+                           "type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+                           "required": ["city"]}}}],
+                       "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_tokens": 48})
+    req = urllib.request.Request(f"http://127.0.0.1:{B_PORT}/v1/chat/completions", data=body.encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        call = json.load(resp)["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "get_weather" and json.loads(call["arguments"])["city"] in ("Paris", "Rome")
+

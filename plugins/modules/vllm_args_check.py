@@ -1,0 +1,179 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_args_check
+short_description: Parse C(vllm serve) command lines with the installed vLLM's own argument parser, without starting it
+version_added: "0.1.0"
+description:
+  - Builds the parser of the C(vllm serve) subcommand exactly as the C(vllm) CLI does (C(ServeSubcommand) of
+    C(vllm.entrypoints.cli.serve) under vLLM's C(FlexibleArgumentParser)), parses each command line of O(commands)
+    and runs the subcommand's own pre-start validation (for example C(--enable-auto-tool-choice) without
+    C(--tool-call-parser)).
+  - Also checks the names given to C(--tool-call-parser) and C(--reasoning-parser) against the parsers registered in
+    that vLLM (vLLM itself only checks them when the server starts).
+  - A misspelt or removed flag, a bad choice or an unknown parser fails with the command's name, the flag and the vLLM
+    version, before anything is started or stopped.
+  - Must run with the Python of the vLLM installation (set C(ansible_python_interpreter) to the venv's python). Nothing
+    is loaded onto a GPU and no model file is read.
+author:
+  - llmfleet maintainers (@llmfleet)
+options:
+  commands:
+    description:
+      - Command lines to check, by name (for example the catalog model and profile). Each value is the argument list
+        after C(vllm serve) (the model path first), as the unit's C(ExecStart=) has it.
+    type: dict
+    required: true
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Changes nothing.
+requirements:
+  - vLLM (the CUDA or the CPU build) importable by the Python running the module
+"""
+
+EXAMPLES = r"""
+- name: Check the unit's command line against the installed vLLM before anything stops
+  llmfleet.vllm.vllm_args_check:
+    commands:
+      minimax-m25: [/srv/models/minimax-m25, --tensor-parallel-size, "4", --tool-call-parser, minimax_m2,
+                    --enable-auto-tool-choice, --reasoning-parser, minimax_m2]
+  vars:
+    ansible_python_interpreter: /opt/vllm/bin/python
+"""
+
+RETURN = r"""
+vllm_version:
+  description: Version of the vLLM that parsed the command lines.
+  returned: when vLLM could be imported
+  type: str
+  sample: 0.32.0
+commands_checked:
+  description: Per command name, C(ok) and C(error) (the parser's message, naming the flag).
+  returned: always
+  type: dict
+  sample: {minimax-m25: {ok: false, error: "unrecognized arguments: --tool-parser minimax_m2"}}
+tool_call_parsers:
+  description: Tool-call parser names registered in this vLLM.
+  returned: when vLLM could be imported
+  type: list
+  elements: str
+reasoning_parsers:
+  description: Reasoning parser names registered in this vLLM.
+  returned: when vLLM could be imported
+  type: list
+  elements: str
+"""
+
+import argparse
+import contextlib
+import importlib
+import io
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+
+# Registries moved between vLLM releases: (module, class) in the order to try.
+TOOL_PARSER_REGISTRIES = (("vllm.tool_parsers", "ToolParserManager"),
+                          ("vllm.entrypoints.openai.tool_parsers", "ToolParserManager"))
+REASONING_PARSER_REGISTRIES = (("vllm.reasoning", "ReasoningParserManager"),)
+
+
+def registered(registries):
+    for module_name, class_name in registries:
+        try:
+            manager = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            continue
+        if hasattr(manager, "list_registered"):
+            return sorted(manager.list_registered())
+        names = set(getattr(manager, "tool_parsers", {}) or getattr(manager, "reasoning_parsers", {}))
+        return sorted(names | set(getattr(manager, "lazy_parsers", {})))
+    return None
+
+
+def serve_parser():
+    """The `vllm` CLI parser with only its `serve` subcommand, and that subcommand."""
+    from vllm.entrypoints.cli import serve  # pylint: disable=import-outside-toplevel
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser  # pylint: disable=import-outside-toplevel
+    parser = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
+    subparsers = parser.add_subparsers(required=False, dest="subparser")
+    _platform_for_parsing()
+    command = serve.cmd_init()[0]
+    command.subparser_init(subparsers)
+    return parser, command
+
+
+def _platform_for_parsing():
+    """As `vllm`'s CLI does: some defaults ask the platform (a CUDA build on a host whose GPU is not visible,
+    e.g. a controller or a drained host, has none), and parsing needs no device."""
+    try:
+        from vllm import platforms  # pylint: disable=import-outside-toplevel
+        if platforms.current_platform.is_unspecified():
+            from vllm.platforms.cpu import CpuPlatform  # pylint: disable=import-outside-toplevel
+            platforms.current_platform = CpuPlatform()
+    except (ImportError, AttributeError):
+        pass
+
+
+def check_one(parser, command, argv, tool_parsers, reasoning_parsers):
+    """None when vLLM accepts argv, else the parser's error text."""
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            args = parser.parse_args(["serve"] + [str(a) for a in argv])
+            command.validate(args)
+    except SystemExit:
+        lines = [line for line in stderr.getvalue().splitlines() if line.strip()]
+        return lines[-1].split("error: ", 1)[-1] if lines else "rejected by the argument parser"
+    except (TypeError, ValueError, argparse.ArgumentError) as exc:
+        return str(exc)
+    for flag, value, names in (("--tool-call-parser", getattr(args, "tool_call_parser", None), tool_parsers),
+                               ("--reasoning-parser", getattr(args, "reasoning_parser", None), reasoning_parsers)):
+        if value and names is not None and value not in names:
+            return "%s %s is not a parser of this vLLM (known: %s)" % (flag, value, ", ".join(names))
+    return None
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(commands=dict(type="dict", required=True)), supports_check_mode=True)
+    commands = module.params["commands"]
+    for name, argv in commands.items():
+        if not isinstance(argv, list) or not argv:
+            module.fail_json(msg="commands.%s must be a non-empty list of arguments (model path first)" % name)
+    try:
+        vllm = importlib.import_module("vllm")
+        parser, command = serve_parser()
+    except Exception:  # pylint: disable=broad-except
+        module.fail_json(msg="cannot load vLLM's argument parser with this Python; run the module with the vLLM"
+                             " installation's interpreter (ansible_python_interpreter)", exception=traceback.format_exc(),
+                         commands_checked={})
+    version = getattr(vllm, "__version__", "unknown")
+    tool_parsers = registered(TOOL_PARSER_REGISTRIES)
+    reasoning_parsers = registered(REASONING_PARSER_REGISTRIES)
+    results = {}
+    for name, argv in sorted(commands.items()):
+        error = check_one(parser, command, argv, tool_parsers, reasoning_parsers)
+        results[name] = {"ok": error is None, "error": error}
+    failed = sorted(name for name, result in results.items() if not result["ok"])
+    outcome = dict(changed=False, vllm_version=version, commands_checked=results, tool_call_parsers=tool_parsers,
+                   reasoning_parsers=reasoning_parsers)
+    if failed:
+        module.fail_json(msg="vLLM %s rejects the command line of %s" % (version, "; ".join(
+            "%s: %s" % (name, results[name]["error"]) for name in failed)), **outcome)
+    module.exit_json(**outcome)
+
+
+if __name__ == "__main__":
+    main()
