@@ -73,21 +73,23 @@ reasoning_parsers:
   elements: str
 """
 
-import argparse
-import contextlib
-import importlib
-import io
-import traceback
+import json
+import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-# Registries moved between vLLM releases: (module, class) in the order to try.
+# Runs in a plain interpreter of the vLLM installation: Ansible's module runtime replaces sys.intern, which
+# torch._dynamo (imported by vLLM's argument definitions) refuses. Reads {name: argv} on stdin, writes JSON.
+CHECKER = r"""
+import argparse, contextlib, importlib, io, json, sys
+
 TOOL_PARSER_REGISTRIES = (("vllm.tool_parsers", "ToolParserManager"),
                           ("vllm.entrypoints.openai.tool_parsers", "ToolParserManager"))
 REASONING_PARSER_REGISTRIES = (("vllm.reasoning", "ReasoningParserManager"),)
 
 
 def registered(registries):
+    # The registries moved between vLLM releases: the first that imports.
     for module_name, class_name in registries:
         try:
             manager = getattr(importlib.import_module(module_name), class_name)
@@ -100,35 +102,34 @@ def registered(registries):
     return None
 
 
-def serve_parser():
-    """The `vllm` CLI parser with only its `serve` subcommand, and that subcommand."""
-    from vllm.entrypoints.cli import serve  # pylint: disable=import-outside-toplevel
+def platform_for_parsing():
+    # As the vllm CLI does: some defaults ask the platform, and a CUDA build on a host whose GPU is not
+    # visible has none; parsing needs no device.
     try:
-        from vllm.utils.argparse_utils import FlexibleArgumentParser  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        from vllm.utils import FlexibleArgumentParser  # pylint: disable=import-outside-toplevel
-    parser = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
-    subparsers = parser.add_subparsers(required=False, dest="subparser")
-    _platform_for_parsing()
-    command = serve.cmd_init()[0]
-    command.subparser_init(subparsers)
-    return parser, command
-
-
-def _platform_for_parsing():
-    """As `vllm`'s CLI does: some defaults ask the platform (a CUDA build on a host whose GPU is not visible,
-    e.g. a controller or a drained host, has none), and parsing needs no device."""
-    try:
-        from vllm import platforms  # pylint: disable=import-outside-toplevel
+        from vllm import platforms
         if platforms.current_platform.is_unspecified():
-            from vllm.platforms.cpu import CpuPlatform  # pylint: disable=import-outside-toplevel
+            from vllm.platforms.cpu import CpuPlatform
             platforms.current_platform = CpuPlatform()
     except (ImportError, AttributeError):
         pass
 
 
+def serve_parser():
+    # The vllm CLI parser with only its serve subcommand, built as vllm.entrypoints.cli.main does.
+    from vllm.entrypoints.cli import serve
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+    parser = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
+    subparsers = parser.add_subparsers(required=False, dest="subparser")
+    platform_for_parsing()
+    command = serve.cmd_init()[0]
+    command.subparser_init(subparsers)
+    return parser, command
+
+
 def check_one(parser, command, argv, tool_parsers, reasoning_parsers):
-    """None when vLLM accepts argv, else the parser's error text."""
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
@@ -146,29 +147,40 @@ def check_one(parser, command, argv, tool_parsers, reasoning_parsers):
     return None
 
 
+commands = json.load(sys.stdin)
+real_stdout = sys.stdout
+sys.stdout = sys.stderr  # vLLM logs while importing
+import vllm
+parser, command = serve_parser()
+tools, reasoning = registered(TOOL_PARSER_REGISTRIES), registered(REASONING_PARSER_REGISTRIES)
+results = {}
+for name, argv in sorted(commands.items()):
+    error = check_one(parser, command, argv, tools, reasoning)
+    results[name] = {"ok": error is None, "error": error}
+real_stdout.write(json.dumps({"vllm_version": getattr(vllm, "__version__", "unknown"), "commands_checked": results,
+                              "tool_call_parsers": tools, "reasoning_parsers": reasoning}))
+"""
+
+
 def main():
     module = AnsibleModule(argument_spec=dict(commands=dict(type="dict", required=True)), supports_check_mode=True)
     commands = module.params["commands"]
     for name, argv in commands.items():
         if not isinstance(argv, list) or not argv:
             module.fail_json(msg="commands.%s must be a non-empty list of arguments (model path first)" % name)
+    rc, out, err = module.run_command([sys.executable, "-c", CHECKER], data=json.dumps(commands), binary_data=True)
     try:
-        vllm = importlib.import_module("vllm")
-        parser, command = serve_parser()
-    except Exception:  # pylint: disable=broad-except
-        module.fail_json(msg="cannot load vLLM's argument parser with this Python; run the module with the vLLM"
-                             " installation's interpreter (ansible_python_interpreter)", exception=traceback.format_exc(),
+        report = json.loads(out) if rc == 0 else None
+    except ValueError:
+        report = None
+    if report is None:
+        module.fail_json(msg="cannot load vLLM's argument parser with %s; run the module with the vLLM installation's"
+                             " interpreter (ansible_python_interpreter): %s" % (sys.executable, err.strip()[-1500:]),
                          commands_checked={})
-    version = getattr(vllm, "__version__", "unknown")
-    tool_parsers = registered(TOOL_PARSER_REGISTRIES)
-    reasoning_parsers = registered(REASONING_PARSER_REGISTRIES)
-    results = {}
-    for name, argv in sorted(commands.items()):
-        error = check_one(parser, command, argv, tool_parsers, reasoning_parsers)
-        results[name] = {"ok": error is None, "error": error}
+    results = report["commands_checked"]
     failed = sorted(name for name, result in results.items() if not result["ok"])
-    outcome = dict(changed=False, vllm_version=version, commands_checked=results, tool_call_parsers=tool_parsers,
-                   reasoning_parsers=reasoning_parsers)
+    version = report["vllm_version"]
+    outcome = dict(changed=False, **report)
     if failed:
         module.fail_json(msg="vLLM %s rejects the command line of %s" % (version, "; ".join(
             "%s: %s" % (name, results[name]["error"]) for name in failed)), **outcome)
