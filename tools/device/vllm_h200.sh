@@ -87,6 +87,11 @@ install() {
   $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $SITE \
     $CARRY/wheels/{ansible_core,resolvelib,cryptography,cffi,pycparser}-*.whl || return 1
   $py -m ansible.cli.playbook --version | head -1
+  # The image's venv was made by uv without a pip script; ansible.builtin.pip looks for <venv>/bin/pip.
+  if [ ! -x "$venv/bin/pip" ] && [ -x "$venv/bin/python3" ]; then
+    printf '#!/bin/sh\nexec %s -m pip "$@"\n' "$venv/bin/python3" > "$venv/bin/pip" && chmod 755 "$venv/bin/pip"
+    echo "wrote $venv/bin/pip: $("$venv/bin/pip" --version)"
+  fi
   local t0=$SECONDS
   playbook "$repo/tools/device/vllm_install.yml" -e wheels=$CARRY/wheels -e deps_file="$repo/tools/device/vllm-h200-deps.txt" \
     -e python="$py" -e site_packages=$site || return 1
