@@ -12,7 +12,8 @@ def fit_check(entry, gpus, tensor_parallel_size=None):
     if not isinstance(entry, dict) or 'serving' not in entry or 'architecture' not in entry:
         raise AnsibleFilterError('fit_check expects a catalog entry (use llmfleet.vllm.catalog_entry), got %r' % (entry,))
     if not isinstance(gpus, dict):
-        raise AnsibleFilterError('fit_check expects GPU facts {gpu_count, gpu_memory_mib, nvlink}, got %r' % (gpus,))
+        raise AnsibleFilterError('fit_check expects GPU facts {gpu_count, gpu_memory_mib, nvlink, compute_capability}'
+                                 ' or the llmfleet_gpu fact, got %r' % (gpus,))
     return _fit.fit_check(entry, gpus, tensor_parallel_size)
 
 

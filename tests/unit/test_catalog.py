@@ -9,7 +9,8 @@ from ansible_collections.llmfleet.vllm.plugins.filter import catalog as catalog_
 from ansible_collections.llmfleet.vllm.plugins.module_utils import catalog
 
 SHIPPED = catalog_filter.load_catalog()
-SEEDS = ('kimi-k25-int4', 'kimi-k25-nvfp4', 'minimax-m25', 'glm5-nvfp4')
+SEEDS = ('kimi-k25-int4', 'kimi-k25-nvfp4', 'minimax-m25', 'glm5-fp8', 'glm5-nvfp4')
+SEEDS_BOX = ('kimi-k25-int4', 'kimi-k25-nvfp4', 'minimax-m25')  # default serving = the seeds' PCIe box
 TINY = ('tiny-llama-a', 'tiny-llama-b')
 GIB = 1024 ** 3
 
@@ -29,23 +30,27 @@ def test_seed_facts_from_the_hand_run_notes():
     minimax = SHIPPED['minimax-m25']
     assert minimax['repo'] == 'MiniMaxAI/MiniMax-M2.5' and minimax['shard_count'] == 126
     assert minimax['quantization']['method'] == 'fp8' and minimax['architecture']['attention'] == 'gqa'
-    assert minimax['architecture']['num_key_value_heads'] == 8
+    assert minimax['quantization']['weight_block_size'] == [128, 128]
+    assert minimax['architecture']['num_key_value_heads'] == 8 and minimax['architecture']['moe_intermediate_size'] == 1536
     assert minimax['serving']['tensor_parallel_size'] == 4
     assert minimax['profiles']['tp8-ep'] == {'tensor_parallel_size': 8, 'enable_expert_parallel': True}
     assert SHIPPED['kimi-k25-nvfp4']['size_bytes'] == 540 * GIB
     assert SHIPPED['kimi-k25-nvfp4']['architecture']['attention'] == 'mla'
-    glm = SHIPPED['glm5-nvfp4']
-    assert glm['format'] == 'gguf' and glm['gguf_file'].endswith('.gguf')
-    assert [p['target'] for p in glm['patches'] if p['applies_to'] == 'vllm'][:2] == [
-        'vllm/model_executor/model_loader/gguf_loader.py', 'vllm/model_executor/model_loader/weight_utils.py']
+    for name in ('glm5-fp8', 'glm5-nvfp4'):  # the recipe's repos, no GGUF placeholder, no unrecorded engine patch
+        glm = SHIPPED[name]
+        assert glm['format'] == 'safetensors' and 'patches' not in glm
+        assert glm['architecture']['index_topk'] == 2048 and glm['architecture']['attention'] == 'mla'
+    assert SHIPPED['glm5-fp8']['repo'] == 'zai-org/GLM-5-FP8' and SHIPPED['glm5-nvfp4']['repo'] == 'nvidia/GLM-5-NVFP4'
     for name in SEEDS:
         assert SHIPPED[name]['engine'] == 'cuda'
+    for name in SEEDS_BOX:
         assert SHIPPED[name]['serving']['environment'] == {'NCCL_PROTO': 'LL', 'NCCL_P2P_LEVEL': 'SYS'}
     for name in TINY:
         entry = SHIPPED[name]
         assert entry['engine'] == 'cpu' and entry['repo'] == 'llmfleet-test/' + name
-        assert entry['serving']['max_model_len'] == 256
-        assert entry['serving']['environment'] == {'VLLM_CPU_KVCACHE_SPACE': 1}
+        assert entry['serving'] == {'tensor_parallel_size': 1, 'max_model_len': 256, 'enforce_eager': True,
+                                    'environment': {'VLLM_CPU_KVCACHE_SPACE': 1}}
+        assert entry['profiles'] == {'tools': {'enable_auto_tool_choice': True, 'tool_call_parser': 'hermes'}}
         assert entry['architecture']['num_attention_heads'] // entry['architecture']['num_key_value_heads'] == 2
     # the shapes tools/tinymodels/make_tiny_models.py generates
     assert SHIPPED['tiny-llama-a']['shard_count'] == 4 and SHIPPED['tiny-llama-a']['architecture']['num_attention_heads'] == 4
@@ -82,7 +87,7 @@ def test_unknown_model_lists_valid_names():
     with pytest.raises(catalog.CatalogError) as err:
         catalog.get(SHIPPED, 'kimi-k3')
     assert "unknown model 'kimi-k3'" in str(err.value)
-    assert 'glm5-nvfp4, kimi-k25-int4, kimi-k25-nvfp4, minimax-m25, tiny-llama-a, tiny-llama-b' in str(err.value)
+    assert 'glm5-fp8, glm5-nvfp4, kimi-k25-int4, kimi-k25-nvfp4, minimax-m25, tiny-llama-a, tiny-llama-b' in str(err.value)
 
 
 def test_extra_overrides_deep_merge_serving_and_add_models():
@@ -97,7 +102,7 @@ def test_extra_overrides_deep_merge_serving_and_add_models():
     mine = catalog.get(SHIPPED, 'my-model', extra)
     assert mine['repo'] == 'me/my-model' and mine['port'] == 9000
     assert 'my-model' not in SHIPPED  # merge never mutates the catalog
-    assert 'max_model_len' not in SHIPPED['kimi-k25-int4']['serving']
+    assert SHIPPED['kimi-k25-int4']['serving']['max_model_len'] == 128000
 
 
 def test_lists_in_extra_replace_rather_than_append():
@@ -152,12 +157,83 @@ def _bad(mutate, name='minimax-m25'):
     (lambda e: e['benchmark']['thresholds'].append({'concurrency': 0, 'min_output_tok_s': 1}),
      'benchmark.thresholds[2].concurrency must be a positive integer, got 0'),
     (lambda e: e.update(serving=None), 'serving must be a mapping, got None'),
+    (lambda e: e['serving'].update(override_generation_config='temperature=1'),
+     "serving.override_generation_config must be a mapping with string keys (rendered as one JSON argument), got"),
+    (lambda e: e['serving'].update(compilation_config={}), 'serving.compilation_config must be a mapping with string keys'),
+    (lambda e: e['serving'].update(mm_encoder_tp_mode='dp'), "serving.mm_encoder_tp_mode must be one of weights, data, got 'dp'"),
+    (lambda e: e['serving'].update(chat_template_content_format='html'),
+     "serving.chat_template_content_format must be one of auto, string, openai, got 'html'"),
+    (lambda e: e['serving'].update(tool_call_parser=''), "serving.tool_call_parser must be a non-empty string, got ''"),
+    (lambda e: e['serving'].update(enable_auto_tool_choice='yes'), "serving.enable_auto_tool_choice must be true or false"),
+    (lambda e: e['serving'].pop('tool_call_parser'),
+     'serving: enable_auto_tool_choice needs tool_call_parser (vLLM refuses to start without one)'),
+    (lambda e: e['serving'].update(enable_auto_tool_choice=False) or e['profiles'].update(tools={'enable_auto_tool_choice': True, 'tool_call_parser': None}),
+     'profiles.tools: enable_auto_tool_choice needs tool_call_parser'),
+    (lambda e: e['serving'].update(decode_context_parallel_size=0), 'serving.decode_context_parallel_size must be a positive integer'),
+    (lambda e: e['profiles']['tp8-ep'].update(tensor_parallel_size=None), 'profiles.tp8-ep.tensor_parallel_size must be a positive integer, got None'),
+    (lambda e: e['serving'].update(environment=None), 'serving.environment must be a mapping of VARIABLE_NAME'),
+    (lambda e: e['quantization'].update(weight_block_size=[128, 0]), 'quantization.weight_block_size must be a list of one or two positive integers'),
+    (lambda e: e['quantization'].update(weight_block_size=128), 'quantization.weight_block_size must be a list of one or two positive integers'),
+    (lambda e: e['architecture'].update(moe_intermediate_size=-1), 'architecture.moe_intermediate_size must be a positive integer'),
+    (lambda e: e['architecture'].update(index_topk=2048), 'architecture.index_topk (DeepSeek sparse attention) only exists on mla models'),
+    (lambda e: e.update(vram_minimum_gb='276 GB'), "vram_minimum_gb must be a positive number, got '276 GB'"),
 ])
 def test_bad_entries_are_rejected_with_field_and_allowed_values(mutate, expected):
     errors = _bad(mutate)
     assert errors, 'the bad entry was accepted'
     assert any(expected in e for e in errors), errors
     assert all(e.startswith("model 'minimax-m25': ") for e in errors)
+
+
+def test_null_in_a_profile_drops_the_default_value():
+    entry = catalog.get(SHIPPED, 'kimi-k25-int4', profile='h200-nvlink')
+    assert entry['serving']['gpu_memory_utilization'] is None  # vLLM's default again
+    assert entry['serving']['environment'] == {'NCCL_PROTO': None, 'NCCL_P2P_LEVEL': None}
+    assert entry['serving']['max_model_len'] == 262144
+    assert catalog.validate(SHIPPED, {'minimax-m25': {'serving': {'max_model_len': None, 'kv_cache_dtype': None}}}) == []
+
+
+@pytest.mark.parametrize('name, tool, reasoning', [
+    ('kimi-k25-int4', 'kimi_k2', 'kimi_k2'), ('kimi-k25-nvfp4', 'kimi_k2', 'kimi_k2'),
+    ('minimax-m25', 'minimax_m2', 'minimax_m2'),  # the recipes moved off minimax_m2_append_think (MODEL-FACTS)
+    ('glm5-fp8', 'glm47', 'glm45'), ('glm5-nvfp4', 'glm47', 'glm45'),
+])
+def test_seed_models_serve_agents(name, tool, reasoning):
+    """Every seed model calls tools and separates its reasoning with the parsers its recipe names, in every profile."""
+    for profile in [None] + sorted(SHIPPED[name].get('profiles', {})):
+        serving = catalog.get(SHIPPED, name, profile=profile)['serving']
+        assert (serving['tool_call_parser'], serving['enable_auto_tool_choice'], serving['reasoning_parser']) == (
+            tool, True, reasoning), (name, profile)
+
+
+def test_gpu_kind_profiles():
+    kimi = SHIPPED['kimi-k25-int4']
+    assert sorted(kimi['profiles']) == ['h200-nvlink', 'sm120-pcie']
+    sm120 = kimi['profiles']['sm120-pcie']
+    assert sm120['attention_backend'] == 'TRITON_MLA' and sm120['kv_cache_dtype'] == 'fp8'
+    assert sm120['decode_context_parallel_size'] == 8 and sm120['max_model_len'] == 262144
+    assert sm120['environment'] == {'VLLM_TEST_FORCE_FP8_MARLIN': 1, 'VLLM_MARLIN_USE_ATOMIC_ADD': 1, 'VLLM_MARLIN_INPUT_DTYPE': 'fp8'}
+    assert kimi['profiles']['h200-nvlink']['compilation_config'] == {'pass_config': {'fuse_allreduce_rms': True}}
+    assert kimi['serving']['gpu_memory_utilization'] == 0.93 and kimi['serving']['mm_encoder_tp_mode'] == 'data'
+    assert SHIPPED['kimi-k25-nvfp4']['profiles']['b200-nvlink']['kv_cache_dtype'] == 'fp8'
+    assert SHIPPED['kimi-k25-nvfp4']['serving']['kv_cache_dtype'] == 'auto'  # FP8 KV failed on SM120 (seed 001)
+    assert SHIPPED['glm5-fp8']['profiles']['mtp']['speculative_config'] == {'method': 'mtp', 'num_speculative_tokens': 3}
+    assert SHIPPED['minimax-m25']['serving']['override_generation_config'] == {'temperature': 1.0, 'top_p': 0.95, 'top_k': 40}
+
+
+def test_every_sourced_value_has_a_comment():
+    """Seed serving values and the new architecture facts carry their source (or TODO) in a YAML comment."""
+    with open(catalog_filter.CATALOG_PATH, encoding='utf-8') as handle:
+        lines = handle.read().splitlines()
+    keys = ('max_model_len:', 'gpu_memory_utilization:', 'tool_call_parser:', 'reasoning_parser:', 'kv_cache_dtype:',
+            'attention_backend:', 'moe_intermediate_size:', 'weight_block_size:', 'vram_minimum_gb:', 'index_topk:',
+            'override_generation_config:', 'compilation_config:', 'mm_encoder_tp_mode:', 'decode_context_parallel_size:')
+    seeds_end = next(i for i, line in enumerate(lines) if line.startswith('# Tiny CPU test models'))
+    for i, line in enumerate(lines[:seeds_end]):
+        if line.strip().startswith(keys):
+            # the comment is on the line or on the comment lines just above it
+            above = lines[i - 1].strip() if i else ''
+            assert '#' in line or above.startswith('#'), 'no source for line %d: %s' % (i + 1, line)
 
 
 @pytest.mark.parametrize('name', ['Kimi', 'a/b', '', 'x' * 70, '-lead'])
@@ -183,7 +259,7 @@ def test_get_refuses_an_invalid_merged_entry():
 
 def test_filters_wrap_errors_for_ansible():
     assert catalog_filter.catalog_entry('tiny-llama-b')['port'] == 8002
-    with pytest.raises(AnsibleFilterError, match="unknown model 'nope'; known models: glm5-nvfp4"):
+    with pytest.raises(AnsibleFilterError, match="unknown model 'nope'; known models: glm5-fp8, glm5-nvfp4"):
         catalog_filter.catalog_entry('nope')
     assert catalog_filter.catalog_validate() == []
     assert catalog_filter.catalog_validate({'x': {}})[0].startswith("model 'x': missing required field")

@@ -22,24 +22,70 @@ def serve_line(name, profile=None, **extra_serving):
     return args_filter.systemd_command_line(args_filter.vllm_serve_args(entry['serving']))
 
 
-@pytest.mark.parametrize('name, profile, expected', [
-    ('kimi-k25-int4', None, '--served-model-name kimi-k25-int4 --tensor-parallel-size 8 --trust-remote-code'),
+KIMI_AGENT = ('--trust-remote-code --mm-encoder-tp-mode data --tool-call-parser kimi_k2 --enable-auto-tool-choice'
+              ' --reasoning-parser kimi_k2 --override-generation-config "{\\"temperature\\":1.0,\\"top_p\\":0.95}"')
+MINIMAX_AGENT = ('--max-model-len 196608 --trust-remote-code --compilation-config "{\\"cudagraph_mode\\":\\"PIECEWISE\\"}"'
+                 ' --tool-call-parser minimax_m2 --enable-auto-tool-choice --reasoning-parser minimax_m2'
+                 ' --override-generation-config "{\\"temperature\\":1.0,\\"top_k\\":40,\\"top_p\\":0.95}"')
+GLM_AGENT = ('--trust-remote-code --tool-call-parser glm47 --enable-auto-tool-choice --reasoning-parser glm45'
+             ' --chat-template-content-format string')
+
+
+# Every catalog entry and profile (the test below checks none is missing), as ExecStart= shows it.
+SERVE_LINES = [
+    ('kimi-k25-int4', None, '--served-model-name kimi-k25-int4 --tensor-parallel-size 8 --gpu-memory-utilization 0.93'
+                            ' --max-model-len 128000 ' + KIMI_AGENT),
+    ('kimi-k25-int4', 'sm120-pcie',
+     '--served-model-name kimi-k25-int4 --tensor-parallel-size 8 --decode-context-parallel-size 8 --gpu-memory-utilization 0.93'
+     ' --max-model-len 262144 --max-num-batched-tokens 4096 --kv-cache-dtype fp8 --trust-remote-code --enable-prefix-caching'
+     ' --enable-chunked-prefill --async-scheduling --attention-backend TRITON_MLA --mm-encoder-tp-mode data'
+     ' --tool-call-parser kimi_k2 --enable-auto-tool-choice --reasoning-parser kimi_k2'
+     ' --override-generation-config "{\\"temperature\\":1.0,\\"top_p\\":0.95}"'),
+    ('kimi-k25-int4', 'h200-nvlink',
+     '--served-model-name kimi-k25-int4 --tensor-parallel-size 8 --max-model-len 262144 --trust-remote-code'
+     ' --mm-encoder-tp-mode data --compilation-config "{\\"pass_config\\":{\\"fuse_allreduce_rms\\":true}}"'
+     ' --tool-call-parser kimi_k2 --enable-auto-tool-choice --reasoning-parser kimi_k2'
+     ' --override-generation-config "{\\"temperature\\":1.0,\\"top_p\\":0.95}"'),
     ('kimi-k25-nvfp4', None,
-     '--served-model-name kimi-k25-nvfp4 --tensor-parallel-size 8 --kv-cache-dtype auto --trust-remote-code'),
-    ('minimax-m25', None, '--served-model-name minimax-m25 --tensor-parallel-size 4 --trust-remote-code'),
-    ('minimax-m25', 'tp8-ep',
-     '--served-model-name minimax-m25 --tensor-parallel-size 8 --enable-expert-parallel --trust-remote-code'),
-    ('glm5-nvfp4', None,
-     '--served-model-name glm5-nvfp4 --tensor-parallel-size 8 --tokenizer zai-org/GLM-5 --trust-remote-code'),
+     '--served-model-name kimi-k25-nvfp4 --tensor-parallel-size 8 --max-model-len 128000 --kv-cache-dtype auto ' + KIMI_AGENT),
+    ('kimi-k25-nvfp4', 'b200-nvlink',
+     '--served-model-name kimi-k25-nvfp4 --tensor-parallel-size 8 --max-model-len 262144 --kv-cache-dtype fp8 ' + KIMI_AGENT),
+    ('minimax-m25', None, '--served-model-name minimax-m25 --tensor-parallel-size 4 ' + MINIMAX_AGENT),
+    ('minimax-m25', 'tp8-ep', '--served-model-name minimax-m25 --tensor-parallel-size 8 --enable-expert-parallel ' + MINIMAX_AGENT),
+    ('glm5-fp8', None, '--served-model-name glm5-fp8 --tensor-parallel-size 8 ' + GLM_AGENT),
+    ('glm5-fp8', 'mtp', '--served-model-name glm5-fp8 --tensor-parallel-size 8 --trust-remote-code'
+                        ' --speculative-config "{\\"method\\":\\"mtp\\",\\"num_speculative_tokens\\":3}" --tool-call-parser glm47'
+                        ' --enable-auto-tool-choice --reasoning-parser glm45 --chat-template-content-format string'),
+    ('glm5-nvfp4', None, '--served-model-name glm5-nvfp4 --tensor-parallel-size 8 --kv-cache-dtype fp8 ' + GLM_AGENT),
     ('tiny-llama-a', None, '--served-model-name tiny-llama-a --tensor-parallel-size 1 --max-model-len 256 --enforce-eager'),
-])
+    ('tiny-llama-a', 'tools', '--served-model-name tiny-llama-a --tensor-parallel-size 1 --max-model-len 256 --enforce-eager'
+                              ' --tool-call-parser hermes --enable-auto-tool-choice'),
+    ('tiny-llama-b', 'tools', '--served-model-name tiny-llama-b --tensor-parallel-size 1 --max-model-len 256 --enforce-eager'
+                              ' --tool-call-parser hermes --enable-auto-tool-choice'),
+]
+
+
+@pytest.mark.parametrize('name, profile, expected', SERVE_LINES)
 def test_serve_args_for_the_catalog_models(name, profile, expected):
     assert serve_line(name, profile) == expected
 
 
+def test_every_catalog_entry_and_profile_is_covered_above():
+    covered = {(name, profile) for name, profile, _line in SERVE_LINES}
+    catalog = catalog_filter.catalog_models()
+    wanted = {(name, profile) for name, entry in catalog.items() for profile in [None] + sorted(entry.get('profiles', {}))}
+    assert wanted - covered <= {('tiny-llama-b', None)}, wanted - covered
+
+
 def test_every_option_in_stable_order_with_extra_args_last():
     serving = {
-        'extra_args': ['--tool-call-parser', 'kimi_k2'], 'enable_prefix_caching': False, 'enforce_eager': True,
+        'override_generation_config': {'top_p': 0.95, 'temperature': 0.6}, 'generation_config': 'vllm',
+        'chat_template_content_format': 'string', 'chat_template': '/srv/templates/tool chat.jinja', 'reasoning_parser': 'glm45',
+        'enable_auto_tool_choice': True, 'tool_call_parser': 'glm47',
+        'speculative_config': {'num_speculative_tokens': 3, 'method': 'mtp'}, 'compilation_config': {'cudagraph_mode': 'PIECEWISE'},
+        'mm_encoder_tp_mode': 'data', 'attention_backend': 'TRITON_MLA', 'async_scheduling': False, 'enable_chunked_prefill': True,
+        'decode_context_parallel_size': 2,
+        'extra_args': ['--max-log-len', '100'], 'enable_prefix_caching': False, 'enforce_eager': True,
         'trust_remote_code': False, 'hf_config_path': 'cfg', 'tokenizer': 'tok', 'dtype': 'bfloat16',
         'kv_cache_dtype': 'fp8', 'max_num_batched_tokens': 8192, 'max_num_seqs': 64, 'max_model_len': 131072,
         'gpu_memory_utilization': 0.92, 'enable_expert_parallel': True, 'data_parallel_size': 2,
@@ -47,21 +93,40 @@ def test_every_option_in_stable_order_with_extra_args_last():
     }
     assert args_filter.vllm_serve_args(serving) == [
         '--served-model-name', 'a', 'b', '--tensor-parallel-size', '4', '--pipeline-parallel-size', '1',
-        '--data-parallel-size', '2', '--enable-expert-parallel', '--gpu-memory-utilization', '0.92',
+        '--data-parallel-size', '2', '--decode-context-parallel-size', '2', '--enable-expert-parallel',
+        '--gpu-memory-utilization', '0.92',
         '--max-model-len', '131072', '--max-num-seqs', '64', '--max-num-batched-tokens', '8192',
         '--kv-cache-dtype', 'fp8', '--dtype', 'bfloat16', '--tokenizer', 'tok', '--hf-config-path', 'cfg',
-        '--enforce-eager', '--no-enable-prefix-caching', '--tool-call-parser', 'kimi_k2']
+        '--enforce-eager', '--no-enable-prefix-caching', '--enable-chunked-prefill', '--no-async-scheduling',
+        '--attention-backend', 'TRITON_MLA', '--mm-encoder-tp-mode', 'data',
+        '--compilation-config', '{"cudagraph_mode":"PIECEWISE"}', '--speculative-config', '{"method":"mtp","num_speculative_tokens":3}',
+        '--tool-call-parser', 'glm47', '--enable-auto-tool-choice', '--reasoning-parser', 'glm45',
+        '--chat-template', '/srv/templates/tool chat.jinja', '--chat-template-content-format', 'string',
+        '--generation-config', 'vllm', '--override-generation-config', '{"temperature":0.6,"top_p":0.95}',
+        '--max-log-len', '100']
 
 
 def test_null_options_are_left_to_vllm_defaults():
-    assert args_filter.vllm_serve_args({'tensor_parallel_size': 2, 'max_model_len': None, 'enable_prefix_caching': True}) == [
+    assert args_filter.vllm_serve_args({'tensor_parallel_size': 2, 'max_model_len': None, 'enable_prefix_caching': True,
+                                        'override_generation_config': None, 'enable_auto_tool_choice': False,
+                                        'async_scheduling': None}) == [
         '--tensor-parallel-size', '2', '--enable-prefix-caching']
+
+
+def test_json_options_are_one_deterministic_argument():
+    first = args_filter.vllm_serve_args({'tensor_parallel_size': 1, 'compilation_config': {'b': [1, 2], 'a': {'y': 1, 'x': None}}})
+    second = args_filter.vllm_serve_args({'compilation_config': {'a': {'x': None, 'y': 1}, 'b': [1, 2]}, 'tensor_parallel_size': 1})
+    assert first == second == ['--tensor-parallel-size', '1', '--compilation-config', '{"a":{"x":null,"y":1},"b":[1,2]}']
+    # systemd keeps it one argument: quoted, inner quotes escaped, '%' doubled
+    assert args_filter.systemd_command_line(['{"a":"50%"}']) == '"{\\"a\\":\\"50%%\\"}"'
 
 
 @pytest.mark.parametrize('serving, message', [
     ({'tensor_parallel_size': 1, 'extra_args': ['--api-key', 'secret']}, '--api-key must not be passed on the command line'),
     ({'tensor_parallel_size': 1, 'extra_args': ['--api-key=secret']}, '--api-key must not be passed on the command line'),
     ({'tensor_parallel_size': 1, 'tp': 8}, 'unknown serving option(s) tp (allowed:'),
+    ({'tensor_parallel_size': 1, 'override_generation_config': 'temperature=0.6'},
+     "serving option override_generation_config must be a mapping (rendered as JSON), got 'temperature=0.6'"),
     (['--tensor-parallel-size', '8'], 'serving must be a mapping, got list'),
 ])
 def test_serve_args_rejects_bad_input(serving, message):
@@ -146,11 +211,12 @@ def test_nvlink_silences_the_mla_pcie_warning():
 def test_weights_that_do_not_fit_are_an_error():
     result = fit('kimi-k25-int4', tp=4)  # 137 GiB per GPU on 96 GB cards
     assert not result['ok']
-    assert any('weights need 136.8 GiB per GPU at TP 4 x PP 1, only 86.0 GiB usable per GPU' in e for e in result['errors'])
+    assert any('weights need 136.8 GiB per GPU at TP 4 x PP 1, only 88.9 GiB usable per GPU (97887 MiB x 0.93)' in e
+               for e in result['errors'])
 
 
 def test_little_kv_headroom_is_a_warning():
-    result = fit('kimi-k25-int4', serving={'gpu_memory_utilization': 0.75})
+    result = fit('kimi-k25-int4', serving={'gpu_memory_utilization': 0.75, 'max_model_len': 32768})
     assert result['ok'] and any('left for KV cache' in w for w in result['warnings'])
 
 
@@ -171,7 +237,7 @@ def test_tp_must_divide_kv_heads():
 
 
 def test_kv_heads_replicate_when_tp_exceeds_them():
-    result = fit('minimax-m25', dict(BLACKWELL_BOX, gpu_count=16), tp=16)
+    result = fit('minimax-m25', dict(BLACKWELL_BOX, gpu_count=16), tp=16, profile='tp8-ep')  # EP: experts stay whole
     assert result['ok']
     assert any('vLLM replicates each KV head on 2 GPUs' in w for w in result['warnings'])
     tiny = fit('tiny-llama-a', tp=4)  # 4 heads, 2 KV heads: replicated twice
@@ -185,10 +251,120 @@ def test_mla_skips_the_kv_head_split():
 
 
 def test_unknown_architecture_and_size_warn_instead_of_guessing():
-    result = fit('glm5-nvfp4')
+    result = fit('glm5-nvfp4', architecture={'num_attention_heads': None})
     assert result['ok']
     assert {w.split(': ', 1)[1].split(',')[0] for w in result['warnings']} >= {
-        'num_attention_heads unknown', 'size_bytes unknown'}
+        'num_attention_heads unknown', 'size_bytes unknown', 'GPU compute capability unknown'}
+    kv = fit('minimax-m25', architecture={'head_dim': None})
+    assert kv['ok'] and any('KV-cache size per token unknown (architecture: head_dim)' in w for w in kv['warnings'])
+
+
+# --- fit rules from the seeds, the recipes and vLLM ------------------------------------------------------------------
+
+H200_BOX = {'gpu_count': 8, 'gpu_memory_mib': 143771, 'nvlink': True, 'compute_capability': '9.0'}
+H100_BOX = {'gpu_count': 8, 'gpu_memory_mib': 81559, 'nvlink': True, 'compute_capability': '9.0'}
+SM120 = dict(BLACKWELL_BOX, compute_capability='12.0')
+
+
+def test_minimax_pure_tp8_is_refused_with_the_fp8_block_reason():
+    result = fit('minimax-m25', tp=8)
+    assert not result['ok']
+    assert result['errors'] == [
+        "minimax-m25: tensor_parallel_size 8 splits each expert's 1536-wide projection into 192-wide shards, not a multiple"
+        ' of the fp8 weight block [128, 128]: vLLM refuses to load the weights. Use expert parallelism'
+        ' (enable_expert_parallel: true keeps experts whole) or tensor_parallel_size 4 (384-wide shards)']
+    assert fit('minimax-m25', profile='tp8-ep')['ok']  # TP 8 + EP: the seed 002 setup
+    assert fit('minimax-m25')['ok']  # TP 4: 384 = 3 x 128
+
+
+@pytest.mark.parametrize('quantization, tp, ok', [
+    ({'group_size': 512}, 8, False),  # 2048 / 8 = 256, not a multiple of a 512 group
+    ({'group_size': 32}, 8, True),  # the real checkpoint: 256 = 8 x 32
+    ({'group_size': None, 'weight_block_size': [128, 64]}, 8, True),
+    ({'group_size': None, 'weight_block_size': [128]}, 32, False),  # 64-wide shards
+    ({'group_size': None}, 8, True),  # no block known: nothing to check
+])
+def test_moe_shard_rule_is_general(quantization, tp, ok):
+    gpus = dict(BLACKWELL_BOX, gpu_count=64, gpu_memory_mib=200000)
+    result = fit('kimi-k25-int4', gpus, tp=tp, quantization=quantization)
+    assert any('-wide shards' in e for e in result['errors']) is not ok, result['errors']
+    if not ok:  # expert parallelism lifts it
+        assert not any('-wide shards' in e for e in fit('kimi-k25-int4', gpus, tp=tp, quantization=quantization,
+                                                         serving={'enable_expert_parallel': True})['errors'])
+
+
+def test_decode_context_parallel_must_divide_tp():
+    result = fit('kimi-k25-int4', dict(BLACKWELL_BOX, gpu_memory_mib=200000), tp=4, profile='sm120-pcie')
+    assert result['errors'] == [
+        'kimi-k25-int4: decode_context_parallel_size 8 must divide tensor_parallel_size 4 (vLLM refuses to start)']
+
+
+def test_kv_cache_per_token_and_per_sequence():
+    kimi = fit('kimi-k25-int4')  # MLA: (512 + 64) x 2 bytes x 61 layers on every TP rank
+    assert kimi['kv_bytes_per_token'] == 576 * 2 * 61 and kimi['kv_bytes_per_sequence'] == 576 * 2 * 61 * 128000
+    assert fit('kimi-k25-int4', profile='sm120-pcie')['kv_bytes_per_token'] == 576 * 61 // 8  # FP8 and DCP 8
+    minimax = fit('minimax-m25')  # GQA: K+V x 2 of 8 KV heads per GPU at TP 4 x 128 x 2 bytes x 62 layers
+    assert minimax['kv_bytes_per_token'] == 2 * 2 * 128 * 2 * 62
+    assert fit('minimax-m25', tp=16, profile='tp8-ep', gpus=dict(BLACKWELL_BOX, gpu_count=16))['kv_bytes_per_token'] == \
+        2 * 1 * 128 * 2 * 62  # one (replicated) KV head per GPU
+    glm = fit('glm5-nvfp4', H200_BOX, size_bytes=410 * 10 ** 9)  # sparse MLA in FP8: vLLM's packed 656-byte fp8_ds_mla
+    assert glm['ok'] and glm['kv_bytes_per_token'] == 656 * 78
+
+
+def test_max_model_len_that_does_not_fit_the_kv_cache():
+    # Kimi INT4 on the seeds' box: 20.5 GiB per GPU left after weights at gpu_memory_utilization 0.93
+    assert not fit('kimi-k25-int4')['warnings'][:-1]  # only the PCIe warning
+    full = fit('kimi-k25-int4', serving={'max_model_len': 262144})
+    assert full['ok'] and any('one sequence of max_model_len 262144 needs 17.2 GiB of KV cache per GPU' in w and '84%' in w
+                              for w in full['warnings'])
+    over = fit('kimi-k25-int4', serving={'max_model_len': 400000})
+    assert not over['ok'] and any('only 20.5 GiB per GPU is left after weights, before activations: vLLM refuses to start'
+                                  in e for e in over['errors'])
+    assert fit('kimi-k25-int4', serving={'max_model_len': None})['kv_bytes_per_sequence'] == 576 * 2 * 61 * 262144
+    # H200: the full context fits (profile h200-nvlink)
+    h200 = fit('kimi-k25-int4', H200_BOX, profile='h200-nvlink')
+    assert h200['ok'] and h200['warnings'] == []
+
+
+def test_recipe_vram_minimum():
+    kimi = fit('kimi-k25-int4', H100_BOX)  # 8 x 80 GB = 684 GB < 714 GB (recipe)
+    assert not kimi['ok'] and any('its recipe needs at least 714 GB of GPU memory in all; the 8 GPUs it gets have 684 GB'
+                                  in e for e in kimi['errors'])
+    glm = fit('glm5-fp8', SM120)  # 8 x 96 GB = 821 GB < 893 GB
+    assert any('its recipe needs at least 893 GB' in e for e in glm['errors'])
+    assert fit('glm5-fp8', H200_BOX)['ok']
+
+
+@pytest.mark.parametrize('name', ['glm5-fp8', 'glm5-nvfp4'])
+def test_glm5_is_refused_on_sm120_with_the_reason(name):
+    result = fit(name, SM120)
+    assert not result['ok']
+    reason = [e for e in result['errors'] if 'sparse-MLA' in e]
+    assert len(reason) == 1 and reason[0].startswith('%s: sparse-MLA model (DeepSeek sparse attention) on compute'
+                                                      ' capability 12.0: stock vLLM has no sparse-MLA backend' % name)
+    assert 'FLASHINFER_MLA_SPARSE_SM120' in reason[0] and 'livelock' in reason[0]
+    # the gpu_facts module's shape: compute_capability per GPU
+    facts = {'gpu_count': 8, 'topology': {'nvlink': False},
+             'gpus': [{'index': i, 'memory_total_mib': 97887, 'compute_capability': '12.0'} for i in range(8)]}
+    assert any('sparse-MLA' in e for e in fit(name, facts)['errors'])
+    assert not any('sparse-MLA' in e for e in fit(name, H200_BOX)['errors'])
+    assert not any('sparse-MLA' in e for e in fit(name, dict(H200_BOX, compute_capability='10.0'))['errors'])
+    ada = fit(name, dict(H200_BOX, compute_capability=['8.9']))
+    assert any('has sparse-MLA backends for compute capability 9.x (Hopper) and 10.x (B200/GB200) only' in e
+               for e in ada['errors'])
+
+
+def test_sm120_rule_only_hits_sparse_models():
+    for name in ('kimi-k25-int4', 'minimax-m25'):
+        assert fit(name, SM120)['ok']
+    warning = fit('kimi-k25-int4', SM120, profile='sm120-pcie')['warnings']
+    assert any('FP8 KV cache for an MLA model on compute capability 12.0' in w for w in warning)
+
+
+def test_bad_compute_capability():
+    result = fit('minimax-m25', dict(BLACKWELL_BOX, compute_capability='sm120'))
+    assert not result['ok'] and "host compute_capability must be \"MAJOR.MINOR\" (e.g. \"12.0\"), got ['sm120']" \
+        in result['errors'][0]
 
 
 def test_cpu_models_skip_gpu_checks():
