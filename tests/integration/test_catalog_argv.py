@@ -49,7 +49,7 @@ def test_every_entry_and_profile_parses_with_the_real_vllm(vllm_server, machine_
     catalog = catalog_filter.catalog_models()
     assert len(commands) > len(catalog)  # every entry, plus its profiles
     rc, result = check(machine_inventory, vllm_server.machine, commands, tmp_path)
-    assert rc == 0 and not result.get("failed"), result.get("msg")
+    assert rc == 0, result.get("msg")
     assert set(result["commands_checked"]) == set(commands)
     assert all(r["ok"] for r in result["commands_checked"].values())
     assert result["vllm_version"].startswith("0.")
@@ -63,7 +63,7 @@ def test_misspelt_flag_and_unknown_parser_are_named_with_the_vllm_version(vllm_s
         "bad-parser": {"enable_auto_tool_choice": True, "tool_call_parser": "no_such_parser"}}}}
     commands = {k: v for k, v in unit_commands(extra).items() if k.startswith("tiny-llama-a:")}
     rc, result = check(machine_inventory, vllm_server.machine, commands, tmp_path)
-    assert rc != 0 and result["failed"]
+    assert rc != 0
     version = result["vllm_version"]
     assert result["msg"].startswith("vLLM %s rejects the command line of " % version), result["msg"]
     checked = result["commands_checked"]

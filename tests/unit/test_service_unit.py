@@ -272,7 +272,7 @@ def test_bad_input_fails_clearly_and_writes_nothing(bad_runs, case):
 
 def test_unknown_model_lists_the_catalog(bad_runs):
     tmp, report = bad_runs
-    assert any("unknown model 'kimi-k3'; known models: glm5-nvfp4, kimi-k25-int4" in m for m in host_messages(report, 'unknown'))
+    assert any("unknown model 'kimi-k3'; known models: glm5-fp8, glm5-nvfp4, kimi-k25-int4" in m for m in host_messages(report, 'unknown'))
     assert not (tmp / 'root-unknown').exists()
     # the same run rendered the good host: failures stay per host
     assert report['stats']['good']['failed'] == 0 and (tmp / 'root-good/etc/systemd/system/vllm-minimax-m25.service').is_file()

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 from ansible_collections.llmfleet.vllm.plugins.modules import serving_scan
 
@@ -35,7 +36,11 @@ def test_listener_owner_found_through_proc():
 def test_argv_of_a_real_process():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "serve"])
     try:
-        argv = serving_scan.argv_of(child.pid)
+        for _attempt in range(100):  # between fork and exec /proc shows the parent's command line
+            argv = serving_scan.argv_of(child.pid)
+            if argv and argv[-1] == "serve":
+                break
+            time.sleep(0.05)
         assert argv[-1] == "serve" and argv[1] == "-c"
         assert not serving_scan.is_vllm_server(argv)
     finally:
