@@ -49,7 +49,7 @@ def _capabilities(value):
         return [], []
     found, bad = set(), []
     for item in value if isinstance(value, list) else [value]:
-        major, _, minor = str(item).partition('.')
+        major, _dot, minor = str(item).partition('.')
         if isinstance(item, bool) or not major.isdigit() or not (minor or '0').isdigit():
             bad.append(item)
         else:
@@ -213,8 +213,8 @@ def fit_check(entry, gpus, tensor_parallel_size=None):
         total = mem_mib * MIB * result['gpus_needed']
         if total < minimum * 1e9:
             errors.append('%s: its recipe needs at least %g GB of GPU memory in all; the %d GPUs it gets have %.0f GB'
-                          ' (%d MiB each): use GPUs with more memory or more of them' % (name, minimum, result['gpus_needed'],
-                                                                                      total / 1e9, mem_mib))
+                          ' (%d MiB each): use GPUs with more memory or more of them'
+                          % (name, minimum, result['gpus_needed'], total / 1e9, mem_mib))
 
     capabilities, bad = _capabilities(gpus.get('compute_capability'))
     if bad:

@@ -144,4 +144,3 @@ def machine_inventory(vllm_server, tmp_path_factory) -> str:
         "ansible_ssh_private_key_file": key,
         "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}}}}))
     return str(inv)
-

@@ -297,4 +297,3 @@ def test_tool_calling_profile_passes_the_tool_call_smoke_test(pivot):
     with urllib.request.urlopen(req, timeout=120) as resp:
         call = json.load(resp)["choices"][0]["message"]["tool_calls"][0]["function"]
     assert call["name"] == "get_weather" and json.loads(call["arguments"])["city"] in ("Paris", "Rome")
-
