@@ -9,8 +9,8 @@ ports (per-host `llmfleet_models_extra` overrides of `port`). The tests run in o
    stops, fleet-r2 is rolled back to b, fleet-r3 is never touched (same MainPID), the canary keeps a
 4. the same rollout without the fault continues: the canary is a no-op (same MainPID), r2 and r3 pivot
 5. back to tiny-llama-a with a canary gate no model can pass: the canary is rolled back, r2/r3 untouched
-6. back to tiny-llama-a without canary, batches of 2, rollout_max_fail_percentage=50 and r2 failing: the first
-   batch is within the budget, so the second (r3) still pivots
+6. back to tiny-llama-a without canary, batches of 2, rollout_max_fail_percentage=50 and r2 refused by its
+   preflight: the first batch is within the budget, so the second (r3) still pivots
 
 Every vLLM start takes 1.5-4 minutes on the CPU engine, so the module takes 20-40 minutes.
 """
@@ -69,7 +69,7 @@ def _healthy(host: str, model: str) -> bool:
         return False
 
 
-def _write_inventory(inv, results, faulty: str | None = None) -> None:
+def _write_inventory(inv, results, faulty: str | None = None, fault: str = "gate") -> None:
     # Host vars: they win over inventory/testbed/group_vars/all (which points at another hub).
     lines = ["all:", "  hosts:"]
     for host, (ssh_port, ports) in HOSTS.items():
@@ -77,9 +77,12 @@ def _write_inventory(inv, results, faulty: str | None = None) -> None:
         lines += [f"    {host}:", f"      ansible_port: {ssh_port}", f"      llmfleet_models_extra: {json.dumps(extra)}",
                   f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}", "      pivot_benchmark: false",
                   f"      pivot_controller_results_dir: {results}"]
-        if host == faulty:
+        if host == faulty and fault == "gate":
             # The pivot gate can never pass: the pivot role rolls this host back.
             lines.append("      pivot_gate_min_output_tok_s: 1.0e9")
+        elif host == faulty:
+            # The preflight refuses (no such unit to take over): the host fails before anything stops.
+            lines.append("      pivot_adopt_unit: vllm-not-here.service")
     (inv / "hosts.yml").write_text("\n".join(lines) + "\n")
 
 
@@ -97,8 +100,8 @@ def fleet(tmp_path_factory, image):
         def __init__(self):
             self.inv, self.results = inv, results
 
-        def set_fault(self, host: str | None) -> None:
-            _write_inventory(inv, results, host)
+        def set_fault(self, host: str | None, fault: str = "gate") -> None:
+            _write_inventory(inv, results, host, fault)
 
         def rollout(self, name: str, *extra: str) -> subprocess.CompletedProcess:
             env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
@@ -204,9 +207,11 @@ def test_5_canary_failing_its_gate_stops_the_fleet(fleet):
 
 
 def test_6_failure_within_max_fail_percentage_continues(fleet):
-    """b -> a without canary in batches of 2, 50 % allowed to fail: fleet-r2 fails in the first batch, which is
-    within the budget, so the second batch (fleet-r3) still runs. (test 3 shows a batch past the budget stopping.)"""
-    fleet.set_fault("fleet-r2")
+    """b -> a without canary in batches of 2, 50 % allowed to fail: fleet-r2 fails in the first batch (its preflight
+    refuses, so it keeps serving b untouched), which is within the budget, so the second batch (fleet-r3) still runs.
+    (test 3 shows a batch past the budget stopping.)"""
+    r2_pid = _main_pid("fleet-r2", "tiny-llama-b")
+    fleet.set_fault("fleet-r2", "preflight")
     try:
         result = fleet.rollout("6-b-to-a-max-fail", "-e", "model=tiny-llama-a", "-e", "rollout_canary=false",
                                "-e", "rollout_batch_size=2", "-e", "rollout_max_fail_percentage=50")
@@ -214,7 +219,7 @@ def test_6_failure_within_max_fail_percentage_continues(fleet):
         fleet.set_fault(None)
     assert result.returncode != 0, _tail(result)  # a host failed: the run says so
     assert _serving("fleet-r1") == "tiny-llama-a" and _healthy("fleet-r1", "tiny-llama-a")
-    assert _serving("fleet-r2") == "tiny-llama-b" and _healthy("fleet-r2", "tiny-llama-b")  # rolled back
+    assert _serving("fleet-r2") == "tiny-llama-b" and _main_pid("fleet-r2", "tiny-llama-b") == r2_pid
     assert _serving("fleet-r3") == "tiny-llama-a" and _healthy("fleet-r3", "tiny-llama-a")
     report = fleet.report("tiny-llama-a")
     assert "| fleet-r2 | tiny-llama-b | failed |" in report, report
