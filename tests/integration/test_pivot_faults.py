@@ -186,7 +186,8 @@ def test_unit_that_fails_to_start_is_rolled_back(pivot):
 
 # --- Taking over, prune on shared storage, patches, healing and -e strings, through real pivots -----------------
 # These run last, in this order: the first leaves tiny-llama-b serving from /srv/small, the second pivots back to
-# tiny-llama-a, the third leaves the host without a healthy model, the last serves tiny-llama-b with tools.
+# tiny-llama-a, the third leaves the host without a healthy model, the last fails tiny-llama-b's tool-call smoke test and
+# rolls back to tiny-llama-a.
 HANDMADE = "vllm-handmade.service"
 B_PORT = PORTS["tiny-llama-b"]["port"]
 B_PATCHED = dict(PORTS["tiny-llama-b"], patches=[{
@@ -276,24 +277,16 @@ def test_rollback_false_from_the_cli_leaves_the_failed_model(pivot):
     assert _is_active("tiny-llama-a") != "active"
 
 
-def test_tool_calling_profile_passes_the_tool_call_smoke_test(pivot):
-    """The catalog's `tools` profile of tiny-llama-b (hermes parser, auto tool choice): the pivot's smoke test sends
-    one chat request with a tool and needs a parsed call back. A random-weight model cannot be expected to choose the
-    tool, so the test names it (-e pivot_gate_tool_call=forced): vLLM constrains the output to the tool's schema and
-    returns it as a tool call; the parser's own path (auto) needs a real model (docs/pivot-safety.md)."""
-    result = pivot("-e", "model=tiny-llama-b", "-e", "pivot_profile=tools", "-e", "pivot_gate_tool_call=forced")
-    assert result.returncode == 0, result.stdout[-6000:]
-    assert re.search(r"TASK \[llmfleet\.vllm\.pivot : Smoke test one tool call[^\]]*\] \*+\nok: \[%s\]" % MACHINE,
-                     result.stdout), result.stdout[-6000:]
+def test_tool_calling_profile_without_a_parsed_call_is_rolled_back(pivot):
+    """The catalog's `tools` profile of tiny-llama-b (hermes parser, auto tool choice) on the real server: the
+    pivot's smoke test sends one chat request with a tool and needs a parsed call back. A random-weight model never
+    emits a Hermes <tool_call> (and vLLM 0.32 constrains only the envelope when the tool is named, so a forced call
+    cannot stand in), so this checks the request and response handling and that the gate rolls back; the passing
+    path needs a real agent model (docs/pivot-safety.md)."""
+    result = pivot("-e", "model=tiny-llama-b", "-e", "pivot_profile=tools")
+    assert result.returncode != 0
+    out = result.stdout
+    assert "did not return a parsed get_weather tool call (tool_choice auto, tool_call_parser hermes)" in out, out[-6000:]
+    assert "Rolled back" in out and _healthy(A_URL) and _is_active("tiny-llama-b") != "active"
     unit = _ssh("cat", "/etc/systemd/system/vllm-tiny-llama-b.service")
     assert "--enable-auto-tool-choice" in unit and "--tool-call-parser hermes" in unit, unit
-    body = json.dumps({"model": "tiny-llama-b", "messages": [{"role": "user", "content": "weather?"}],
-                       "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
-                           "type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
-                           "required": ["city"]}}}],
-                       "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_tokens": 48})
-    req = urllib.request.Request(f"http://127.0.0.1:{B_PORT}/v1/chat/completions", data=body.encode(),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        call = json.load(resp)["choices"][0]["message"]["tool_calls"][0]["function"]
-    assert call["name"] == "get_weather" and json.loads(call["arguments"])["city"] in ("Paris", "Rome")
