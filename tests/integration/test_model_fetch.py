@@ -224,7 +224,8 @@ def test_cli_strings_behave_as_typed(play, hub, cli, effect):
     """-e key=value hands the role strings: "false" must be false, "1" a number."""
     assert play(model_a("/srv/t-cli")).rc == 0  # the model is there, with its manifest
     hub.clear_requests()
-    run = play(model_a("/srv/t-cli"), cli=cli)
+    # Refused: a root without the model (nothing left to download needs no free space).
+    run = play(model_a("/srv/t-cli-empty" if effect == "refused" else "/srv/t-cli"), cli=cli)
     api_calls = [e for e in hub.requests() if "/api/models/" in e["path"]]
     if effect == "offline":
         assert run.rc == 0 and run.result["offline"] is True and hub.requests() == [], run
