@@ -21,17 +21,25 @@ tools/testbed/testbed.sh build || exit 1
 tools/testbed/vllm-image.sh >"$logs/vllm-image.log" 2>&1 || { tail -50 "$logs/vllm-image.log"; exit 1; }
 
 step "integration and molecule, in parallel (logs: tests/output/logs/)"
-make -s integration >"$logs/integration.log" 2>&1 &
+# Two streams of about equal length: the integration modules, and the molecule scenarios followed by the
+# fleet rollout module (the longest one; it has hosts and ports of its own).
+pytest -q tests/integration --ignore=tests/integration/test_rollout.py >"$logs/integration.log" 2>&1 &
 integration=$!
-make -s molecule >"$logs/molecule.log" 2>&1 &
-molecule=$!
-wait $molecule; molecule_rc=$?
+{ make -s molecule >"$logs/molecule.log" 2>&1; molecule_rc=$(($? != 0))
+  pytest -q tests/integration/test_rollout.py >"$logs/rollout.log" 2>&1; rollout_rc=$?
+  exit $((molecule_rc * 2 + (rollout_rc != 0))); } &
+second=$!
+wait $second; second_rc=$?
+molecule_rc=$((second_rc / 2)); rollout_rc=$((second_rc % 2))
 wait $integration; integration_rc=$?
 
 step "molecule (rc=$molecule_rc)"
 grep -E "➜ .*(Executed|ERROR)|^ERROR|CRITICAL|failed=[1-9]" "$logs/molecule.log" | tail -60
 ((molecule_rc == 0)) || tail -120 "$logs/molecule.log"
+step "integration: fleet rollout (rc=$rollout_rc)"
+if ((rollout_rc != 0)); then grep -E "^(FAILED|ERROR)" "$logs/rollout.log"; tail -150 "$logs/rollout.log"; fi
+tail -3 "$logs/rollout.log"
 step "integration (rc=$integration_rc)"
 if ((integration_rc != 0)); then grep -E "^(FAILED|ERROR)" "$logs/integration.log"; tail -150 "$logs/integration.log"; fi
 tail -5 "$logs/integration.log"
-((molecule_rc == 0 && integration_rc == 0))
+((molecule_rc == 0 && rollout_rc == 0 && integration_rc == 0))
