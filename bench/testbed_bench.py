@@ -40,9 +40,9 @@ def ssh(name: str, *cmd: str) -> str:
 
 
 def serving(name: str) -> str:
-    """The model a test host serves according to its pivot state ('' when none)."""
-    raw = ssh(name, "cat", "/var/lib/llmfleet/current.json")
-    return json.loads(raw)["model"] if raw else ""
+    """The model the slot `default` of a test host serves according to its state ('' when none)."""
+    raw = ssh(name, "cat", "/var/lib/llmfleet/slots.json")
+    return json.loads(raw)["slots"].get("default", {}).get("model", "") if raw else ""
 
 
 def other_model(model: str) -> str:

@@ -40,4 +40,4 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "*-latest.json")), key=os
 PY
 report=$(ls -t "results/reports/$host"/*.md 2>/dev/null | head -1 || true)
 if [[ -n $report ]]; then step "Benchmark comparison ($report)"; cat "$report"; fi
-step "Done. $host keeps serving tiny-llama-b on 127.0.0.1:8002; stop it with: tools/testbed/testbed.sh down $host"
+step "Done. $host keeps serving tiny-llama-b in its slot default on 127.0.0.1:8001 (the slot's port); stop it with: tools/testbed/testbed.sh down $host"

@@ -78,6 +78,12 @@ options:
   models_root:
     description: Directory whose model dirs are listed as prune candidates when space is short. Defaults to the parent of O(local_dir).
     type: path
+  resolve_only:
+    description:
+      - Only resolve O(revision) to the commit it points to (RV(revision)); list, plan and download nothing. Fails,
+        naming the revision, when the hub does not know it.
+    type: bool
+    default: false
   progress_interval:
     description:
       - Seconds between updates of the progress file C(<local_dir>/.cache/llmfleet/progress.json)
@@ -256,6 +262,7 @@ def main():
             space_margin_bytes=dict(type="int", default=0),
             models_root=dict(type="path"),
             check_space=dict(type="bool", default=True),
+            resolve_only=dict(type="bool", default=False),
             progress_interval=dict(type="float", default=5),
             etag_timeout=dict(type="float", default=10),
         ),
@@ -287,10 +294,13 @@ def main():
 
     try:
         info = HfApi(endpoint=p["endpoint"], token=token).model_info(
-            p["repo_id"], revision=p["revision"], files_metadata=True, timeout=p["etag_timeout"])
+            p["repo_id"], revision=p["revision"], files_metadata=not p["resolve_only"], timeout=p["etag_timeout"])
     except Exception as exc:  # pylint: disable=broad-except
         _hub_error(module, "reading metadata of %s at revision %s failed:" % (p["repo_id"], p["revision"]), exc)
     commit = info.sha
+    if p["resolve_only"]:
+        module.exit_json(changed=False, path=local_dir, repo_id=p["repo_id"], revision=commit,
+                         seconds=round(time.time() - started, 3))
     siblings = list(filter_repo_objects(info.siblings or [], allow_patterns=p["allow_patterns"],
                                         ignore_patterns=p["ignore_patterns"], key=lambda s: s.rfilename))
     if not siblings:

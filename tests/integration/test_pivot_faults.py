@@ -10,11 +10,15 @@ import json
 import os
 import re
 import subprocess
+import sys
 import urllib.request
 
 import pytest
+import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools", "traffic"))
+from continuous_client import ContinuousClient  # noqa: E402  pylint: disable=wrong-import-position
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 MACHINE, SSH_PORT, HUB_PORT = "itest-pivot", "2232", "18092"
 HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
@@ -85,8 +89,24 @@ def _assert_a_untouched(pid_before: str) -> None:
     assert _ssh("ls", "/srv/models/tiny-llama-a/config.json") == "/srv/models/tiny-llama-a/config.json"
 
 
-def test_rerun_same_model_changes_nothing(pivot):
+def _slots() -> dict:
+    return json.loads(_ssh("cat", "/var/lib/llmfleet/slots.json") or '{"slots": {}}')["slots"]
+
+
+def test_rerun_same_model_changes_nothing_and_state_of_an_older_release_is_migrated(pivot):
+    """A host set up by an older release kept one current.json: the first run makes it the slot `default` (the
+    unit's port, the manifest's commit) without touching the service; the next run changes nothing."""
     pid = _main_pid("tiny-llama-a")
+    commit = _slots()["default"]["revision"]
+    _ssh("rm /var/lib/llmfleet/slots.json && echo '{\"model\": \"tiny-llama-a\", \"unit\": \"vllm-tiny-llama-a.service\","
+         " \"since\": 1.0, \"previous\": null}' > /var/lib/llmfleet/current.json")
+    migrated = pivot("-e", "model=tiny-llama-a")
+    assert migrated.returncode == 0, migrated.stdout[-4000:]
+    slot = _slots()["default"]
+    assert (slot["model"], slot["port"], slot["revision"], slot["model_dir"]) == (
+        "tiny-llama-a", 8401, commit, "/srv/models/tiny-llama-a"), slot
+    assert _ssh("ls", "/var/lib/llmfleet/current.json.migrated") == "/var/lib/llmfleet/current.json.migrated"
+    _assert_a_untouched(pid)
     result = pivot("-e", "model=tiny-llama-a")
     assert result.returncode == 0, result.stdout[-4000:]
     assert "changed=0" in result.stdout.split("PLAY RECAP")[-1]
@@ -201,12 +221,13 @@ def _skipped(stdout: str, task: str) -> bool:
 
 
 def test_server_outside_the_collection_is_refused_by_name(pivot):
-    """A hand-made vllm-*.service holding tiny-llama-b's port: refused before any change, naming unit and port."""
+    """A hand-made vllm-*.service holding tiny-llama-b's port: a new slot b for tiny-llama-b (which would get that
+    port) is refused before any change, naming unit and port."""
     pid = _main_pid("tiny-llama-a")
     _ssh("printf '[Service]\\nExecStart=/usr/bin/python3 -m http.server %d --bind 127.0.0.1\\n' > /etc/systemd/system/%s"
          " && systemctl daemon-reload && systemctl start %s" % (B_PORT, HANDMADE, HANDMADE))
     assert _ssh("systemctl", "is-active", HANDMADE) == "active"
-    result = pivot("-e", "model=tiny-llama-b")
+    result = pivot("-e", "model=tiny-llama-b", "-e", "slot=b")
     assert result.returncode != 0
     assert HANDMADE in result.stdout and f"port {B_PORT} is taken" in result.stdout, result.stdout[-4000:]
     assert "pivot_adopt_unit" in result.stdout
@@ -239,7 +260,8 @@ def test_take_over_prune_patch_and_heal_in_one_pivot(pivot):
     # Taken over: stopped and disabled; tiny-llama-b now holds its port.
     assert _ssh("systemctl", "is-active", HANDMADE) != "active"
     assert _ssh("systemctl", "is-enabled", HANDMADE) != "enabled"
-    assert _healthy(f"http://127.0.0.1:{B_PORT}") and _is_active("tiny-llama-a") != "active"
+    # The slot keeps its port: tiny-llama-b answers where tiny-llama-a did.
+    assert _healthy(A_URL) and _is_active("tiny-llama-a") != "active"
     # Pruned what could go, kept what another host of the storage serves.
     assert _ssh("test", "-e", "/srv/small/zz-old", "||", "echo", "gone") == "gone"
     assert _ssh("ls", "/srv/small/aaa-shared/w") == "/srv/small/aaa-shared/w"
@@ -290,3 +312,123 @@ def test_tool_calling_profile_without_a_parsed_call_is_rolled_back(pivot):
     assert "Rolled back" in out and _healthy(A_URL) and _is_active("tiny-llama-b") != "active"
     unit = _ssh("cat", "/etc/systemd/system/vllm-tiny-llama-b.service")
     assert "--enable-auto-tool-choice" in unit and "--tool-call-parser hermes" in unit, unit
+
+
+# --- Several models per host: slot b beside the default slot, which keeps answering a continuous client ------------
+# After the tests above, tiny-llama-a serves in the slot `default` (port 8401). These add slot b (tiny-llama-b, its
+# catalog port 8402), then pivot and roll back slot b only, while an `openai` client keeps sending requests to a.
+B_URL = f"http://127.0.0.1:{B_PORT}"
+
+
+def _client_on_a() -> ContinuousClient:
+    return ContinuousClient(A_URL + "/v1", "tiny-llama-a", max_seconds=1200)
+
+
+def _b_main_pid() -> str:
+    return _main_pid("tiny-llama-b")
+
+
+def _held_segments(pid: str) -> set:
+    """/dev/shm files the processes of a unit (main PID and its children) have open or mapped."""
+    out = _ssh(f"for p in {pid} $(pgrep -P {pid}); do ls -l /proc/$p/fd 2>/dev/null; cat /proc/$p/maps 2>/dev/null; done"
+               " | grep -o '/dev/shm/[^ ]*' | sort -u")
+    return set(out.split())
+
+
+def test_slot_b_starts_beside_a_and_shm_cleanup_keeps_what_live_processes_hold(pivot):
+    a_pid = _main_pid("tiny-llama-a")
+    a_segments = _held_segments(a_pid)
+    # A live holder outside both units, and a stale segment nobody holds.
+    _ssh("touch /dev/shm/psm_stale_llmfleet_test && (setsid python3 -c \"import time; f = open('/dev/shm/psm_live_llmfleet_test', 'w');"
+         " time.sleep(3600)\" >/dev/null 2>&1 &) && sleep 1")
+    with _client_on_a() as client:
+        result = pivot("-e", "model=tiny-llama-b", "-e", "slot=b")
+    traffic = client.summary()
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert traffic["failed"] == 0 and traffic["requests"] >= 10, traffic
+    _assert_a_untouched(a_pid)
+    assert _healthy(B_URL)
+    slots = _slots()
+    assert sorted(slots) == ["b", "default"] and slots["default"]["model"] == "tiny-llama-a"
+    assert (slots["b"]["model"], slots["b"]["port"], slots["b"]["gpu_ids"]) == ("tiny-llama-b", B_PORT, [])
+    assert slots["b"]["model_dir"] == "/srv/models/tiny-llama-b" and len(slots["b"]["revision"]) == 40
+    # The pivot's shm cleanup ran beside a's live server: what a's processes and the live holder hold is still there.
+    left = set(_ssh("ls -d /dev/shm/* 2>/dev/null").split())
+    assert a_segments <= left, (a_segments, left)
+    assert "/dev/shm/psm_live_llmfleet_test" in left and "/dev/shm/psm_stale_llmfleet_test" not in left, left
+    _ssh("pkill -f psm_live_llmfleet_test; rm -f /dev/shm/psm_live_llmfleet_test")
+
+
+def _catalog_entry(name: str) -> dict:
+    with open(os.path.join(REPO, "catalog", "models.yml")) as handle:
+        return yaml.safe_load(handle)[name]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["-e", "slot=B!"], 'pivot_slot must be a slot name'),
+    (["-e", "slot=c"], "tiny-llama-b already serves in slot b"),
+    (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", "pivot_port=8401"], "pivot_port=8401 is already used by slot default"),
+    (["-e", "slot=b", "-e", "revision=" + "0" * 40], "pivot_revision (-e revision=) \"" + "0" * 40 + "\" is not a branch, tag or commit"),
+    (["-e", "slot=b", "-e", "revision=no-such-branch"], "is not a branch, tag or commit of llmfleet-test/tiny-llama-b"),
+    (["-e", "slot=b", "-e", "pivot_gpu_ids=0,1"], "pivot_gpu_ids=[0, 1]: the model runs on the CPU engine"),
+    (["-e", "slot=b", "-e", "pivot_gpu_ids=first"], "pivot_gpu_ids must be a list of GPU indexes"),
+])
+def test_bad_slot_requests_fail_before_any_change(pivot, extra, message):
+    a_pid, b_pid, state = _main_pid("tiny-llama-a"), _b_main_pid(), _slots()
+    tiny_c = dict(_catalog_entry("tiny-llama-b"), port=8403, description="tiny-llama-b's repo under another name")
+    args = ["-e", "model=tiny-llama-b", "-e", json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-c": tiny_c})})]
+    result = pivot(*args, *extra)
+    assert result.returncode != 0
+    assert message in result.stdout, result.stdout[-4000:]
+    assert _main_pid("tiny-llama-a") == a_pid and _b_main_pid() == b_pid and _slots() == state
+
+
+def test_rerun_after_upstream_main_moved_keeps_the_served_commit_and_directory(pivot):
+    b_pid, before = _b_main_pid(), _slots()["b"]
+    old, new = subprocess.run([HUB, "publish", HUB_PORT, "tiny-llama-b"], capture_output=True, text=True,
+                              check=True).stdout.split()
+    assert old == before["revision"] and new != old
+    result = pivot("-e", "model=tiny-llama-b", "-e", "slot=b")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "changed=0" in result.stdout.split("PLAY RECAP")[-1], result.stdout[-4000:]
+    assert _slots()["b"] == before and _b_main_pid() == b_pid
+    assert _ssh("ls -d /srv/models/tiny-llama-b--* 2>/dev/null") == ""
+    assert "llmfleet_published_at" not in _ssh("cat", "/srv/models/tiny-llama-b/generation_config.json")
+
+
+def test_upstream_update_is_a_pivot_of_slot_b_to_a_new_directory(pivot):
+    a_pid, before = _main_pid("tiny-llama-a"), _slots()["b"]
+    with _client_on_a() as client:
+        result = pivot("-e", "model=tiny-llama-b", "-e", "slot=b", "-e", "revision=main")
+    traffic = client.summary()
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert traffic["failed"] == 0, traffic
+    _assert_a_untouched(a_pid)
+    after = _slots()["b"]
+    assert after["revision"] != before["revision"] and after["model_dir"] == "/srv/models/tiny-llama-b--" + after["revision"][:12]
+    assert after["previous"] == {"model": "tiny-llama-b", "revision": before["revision"], "model_dir": before["model_dir"]}
+    assert after["port"] == B_PORT and _healthy(B_URL)
+    assert "llmfleet_published_at" in _ssh("cat", after["model_dir"] + "/generation_config.json")
+    # The old revision's directory is untouched (a rollback needs it).
+    assert "llmfleet_published_at" not in _ssh("cat", "/srv/models/tiny-llama-b/generation_config.json")
+    record = json.loads(_ssh("cat $(ls -t /var/lib/llmfleet/pivots/*-tiny-llama-b.json | head -1)"))
+    assert record["slot"] == "b" and record["revision"] == after["revision"] and record["downtime_source"] == "journal"
+
+
+def test_failed_pivot_of_slot_b_rolls_back_its_revision_and_leaves_a_untouched(pivot):
+    """Back to the old commit with a gate no model passes: slot b's unit gets the old directory, fails the gate, and
+    the rollback writes the served revision's unit back and starts it. Slot a never notices; re-running changes nothing."""
+    a_pid, before = _main_pid("tiny-llama-a"), _slots()["b"]
+    with _client_on_a() as client:
+        result = pivot("-e", "model=tiny-llama-b", "-e", "slot=b", "-e", "revision=" + before["previous"]["revision"],
+                       "-e", "pivot_gate_min_output_tok_s=1e9")
+    traffic = client.summary()
+    assert result.returncode != 0
+    assert "Rolled back: tiny-llama-b@%s serves again in slot b on port %d" % (before["revision"][:12], B_PORT) in result.stdout, \
+        result.stdout[-6000:]
+    assert traffic["failed"] == 0, traffic
+    _assert_a_untouched(a_pid)
+    assert _slots()["b"] == before and _healthy(B_URL)
+    assert before["model_dir"] in _ssh("cat", "/etc/systemd/system/vllm-tiny-llama-b.service")
+    again = pivot("-e", "model=tiny-llama-b", "-e", "slot=b")
+    assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-4000:]

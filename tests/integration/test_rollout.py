@@ -48,9 +48,13 @@ def _ssh(host: str, *cmd: str) -> str:
     return subprocess.run([TESTBED, "ssh", host, *cmd], capture_output=True, text=True, check=False).stdout.strip()
 
 
+def _slot(host: str) -> dict:
+    raw = _ssh(host, "cat", "/var/lib/llmfleet/slots.json")
+    return json.loads(raw)["slots"].get("default", {}) if raw else {}
+
+
 def _serving(host: str) -> str:
-    raw = _ssh(host, "cat", "/var/lib/llmfleet/current.json")
-    return json.loads(raw)["model"] if raw else ""
+    return _slot(host).get("model", "")
 
 
 def _main_pid(host: str, model: str) -> str:
@@ -62,9 +66,12 @@ def _is_active(host: str, model: str) -> str:
 
 
 def _healthy(host: str, model: str) -> bool:
+    """The host's slot serves `model` on the slot's port: the port of the model it first served, stable since."""
+    slot = _slot(host)
+    assert slot.get("port") == HOSTS[host][1]["tiny-llama-a"], slot
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{HOSTS[host][1][model]}/health", timeout=5) as resp:
-            return resp.status == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{slot['port']}/v1/models", timeout=5) as resp:
+            return resp.status == 200 and json.load(resp)["data"][0]["id"] == model
     except OSError:
         return False
 
@@ -187,6 +194,10 @@ def test_4_rerun_continues_where_it_stopped(fleet):
     report = fleet.report("tiny-llama-b")
     assert "3/3 hosts serve tiny-llama-b" in report and "| fleet-r1 | tiny-llama-b | unchanged |" in report, report
     assert "| fleet-r2 | tiny-llama-b | pivoted | tiny-llama-a |" in report, report
+    # One commit for the fleet: resolved by the first run of this rollout, locked in the results, served everywhere.
+    lock = json.loads((fleet.results / "locks" / "tiny-llama-b.json").read_text())
+    assert lock["revision"] == "main" and len(lock["commit"]) == 40, lock
+    assert {_slot(host)["revision"] for host in HOSTS} == {lock["commit"]}
     print(report)
 
 

@@ -3,9 +3,15 @@
 Each file gets its git blob id, and LFS files (weights, by extension or size) their sha256 and the
 git-lfs pointer the Hub would store. A repo's commit sha is a hash over its file list and blob ids,
 so it is stable while the files are unchanged and changes when any of them does.
+
+Earlier commits stay downloadable by their sha from ROOT/.history/<org>/<name>/<commit>/ (copies of the files as
+they were), which publish_commit() writes before it changes a repo: the Hub keeps every commit, and a host pinned
+to an older one must still find it.
 """
 import hashlib
 import os
+import re
+import shutil
 import threading
 from dataclasses import dataclass
 
@@ -13,6 +19,8 @@ LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", 
                 ".onnx", ".npy", ".npz", ".model", ".zip", ".tar", ".gz")
 LFS_MIN_SIZE = 10 * 1024 * 1024
 SKIPPED_DIRS = {".git", ".cache", "__pycache__"}
+HISTORY_DIR = ".history"
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 
 @dataclass(frozen=True)
@@ -83,14 +91,45 @@ class RepoStore:
                     if not name.startswith(".") and os.path.isdir(os.path.join(org_dir, name))]
         return ids
 
-    def snapshot(self, repo_id):
-        """The repo's current RepoSnapshot, or None when there is no such repo."""
+    def _repo_dir(self, repo_id):
         parts = repo_id.split("/")
         if len(parts) != 2 or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
             return None
         repo_dir = os.path.join(self.root, *parts)
-        if not os.path.isdir(repo_dir):
+        return repo_dir if os.path.isdir(repo_dir) else None
+
+    def snapshot(self, repo_id, revision="main"):
+        """The repo's RepoSnapshot at ``revision`` (main, the current commit, or an earlier commit kept in the
+        history); the current one when the revision is unknown (the caller checks revision_matches); None when
+        there is no such repo."""
+        repo_dir = self._repo_dir(repo_id)
+        if repo_dir is None:
             return None
+        head = self._snapshot_of(repo_id, repo_dir)
+        if revision in ("main", head.commit) or not _COMMIT_RE.match(revision or ""):
+            return head
+        old_dir = os.path.join(self.root, HISTORY_DIR, repo_id, revision)
+        if os.path.isdir(old_dir):
+            old = self._snapshot_of(repo_id, old_dir)
+            if old.commit == revision:
+                return old
+        return head
+
+    def publish_commit(self, repo_id, changes):
+        """Keep the current commit in the history, then write ``changes`` ({relative path: bytes}) into the repo:
+        main moves to a new commit. Returns (old commit, new commit)."""
+        repo_dir = self._repo_dir(repo_id)
+        old = self._snapshot_of(repo_id, repo_dir)
+        keep = os.path.join(self.root, HISTORY_DIR, repo_id, old.commit)
+        if not os.path.isdir(keep):
+            shutil.copytree(repo_dir, keep + ".tmp", ignore=shutil.ignore_patterns(*SKIPPED_DIRS), dirs_exist_ok=True)
+            os.replace(keep + ".tmp", keep)
+        for rel, data in changes.items():
+            with open(os.path.join(repo_dir, rel), "wb") as handle:
+                handle.write(data)
+        return old.commit, self._snapshot_of(repo_id, repo_dir).commit
+
+    def _snapshot_of(self, repo_id, repo_dir):
         files = {}
         for rel in sorted(self._walk(repo_dir)):
             files[rel] = self._describe(rel, os.path.join(repo_dir, rel))

@@ -10,7 +10,8 @@ run the real client with HF_ENDPOINT=http://127.0.0.1:PORT where no Hub is reach
     GET|POST  /_fixture/faults         read / replace the fault plan (see hub_faults.py)
     GET|DELETE /_fixture/requests      read / clear the log of requests served
 
-Repos are ROOT/ORG/NAME/ folders; REV is "main" or the repo's commit sha (see hub_repos.py).
+Repos are ROOT/ORG/NAME/ folders; REV is "main", the repo's commit sha, or an earlier commit kept in ROOT/.history
+(see hub_repos.py).
 
     python tools/localhub/server.py --root DIR [--host 127.0.0.1] [--port 0] [--faults FILE]
 """
@@ -170,7 +171,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
 
     # -- Hub API --------------------------------------------------------------------------------
     def _snapshot(self, repo_id, revision):
-        snapshot = self.server.store.snapshot(repo_id)
+        snapshot = self.server.store.snapshot(repo_id, revision)
         if snapshot is None:
             raise HubError(404, "RepoNotFound", f"Repository {repo_id} not found")
         if not snapshot.revision_matches(revision):

@@ -1,8 +1,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Print the models root's free bytes, each model dir's size and which model each host serves from it.
+"""Print the models root's free bytes, each model dir's size and the model dirs each host serves from it.
 
 Usage: models-root-usage.py ROOT. Hosts that share ROOT (llmfleet_storage_group) each keep a record
-ROOT/.llmfleet/serving/<host>.json (written by roles/pivot); dot dirs are never model dirs.
+ROOT/.llmfleet/serving/<host>.json (written by roles/pivot: {host, dirs: [names under ROOT]}; records of older
+releases name one {model}); dot dirs are never model dirs.
 """
 import glob
 import json
@@ -27,8 +28,8 @@ for record in sorted(glob.glob(os.path.join(root, ".llmfleet", "serving", "*.jso
     try:
         with open(record) as handle:
             data = json.load(handle)
-        served_by[data["host"]] = data["model"]
+        served_by[data["host"]] = [str(d) for d in data["dirs"]] if "dirs" in data else [str(data["model"])]
     except (OSError, ValueError, KeyError, TypeError):
-        served_by[os.path.basename(record)[:-5]] = None
+        served_by[os.path.basename(record)[:-5]] = []
 print(json.dumps({"free_bytes": shutil.disk_usage(probe).free, "dirs": sizes,
-                  "served_by": {h: m for h, m in served_by.items() if m}}))
+                  "served_by": {h: d for h, d in served_by.items() if d}}))

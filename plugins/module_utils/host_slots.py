@@ -1,0 +1,237 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Host state as slots: what each slot of a host serves, and where the next model of a slot goes.
+
+A slot is one served model on its own GPUs and port: {name, model, profile, revision (commit sha), model_dir,
+gpu_ids, port, unit, since, previous}. The host keeps all of them in <state_dir>/slots.json. A host of an older
+release kept one model in <state_dir>/current.json: that becomes the slot ``default`` (read here, written by the
+host_slots module on the first run).
+
+This file owns the state's paths and schema, the slot and model-directory naming rules, and the choice of GPUs
+and port for a slot. Pure python (no Ansible): the host_slots module reads the disk and passes it in.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+
+DEFAULT_STATE_DIR = '/var/lib/llmfleet'
+STATE_FILE = 'slots.json'
+LEGACY_STATE_FILE = 'current.json'
+RECORDS_DIR = 'pivots'
+DEFAULT_SLOT = 'default'
+FIRST_PORT = 8000
+SLOT_NAME_RE = re.compile(r'^[a-z][a-z0-9-]{0,31}$')
+COMMIT_RE = re.compile(r'^[0-9a-f]{40}$')
+MANIFEST_RELPATH = os.path.join('.cache', 'llmfleet', 'manifest.json')
+# vLLM's default share of each GPU's memory (fit_check uses the same figure).
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+# nvidia-smi topo -m cells, cheapest path first: a bonded NVLink set, one PCIe switch, several switches, one host
+# bridge, several host bridges of a NUMA node, across NUMA nodes.
+LINK_COST = {'PIX': 1, 'PXB': 2, 'PHB': 3, 'NODE': 4, 'SYS': 5}
+UNKNOWN_LINK_COST = 5
+# Above this many GPU combinations the choice is greedy (a 16-GPU host picking 8 has 12870).
+MAX_COMBINATIONS = 20000
+
+
+class SlotError(ValueError):
+    """A slot request that cannot be met; the message names the variable and what is allowed."""
+
+
+def state_paths(state_dir=None):
+    state_dir = (state_dir or DEFAULT_STATE_DIR).rstrip('/') or '/'
+    return {'state_dir': state_dir, 'state_file': os.path.join(state_dir, STATE_FILE),
+            'legacy_state_file': os.path.join(state_dir, LEGACY_STATE_FILE),
+            'records_dir': os.path.join(state_dir, RECORDS_DIR)}
+
+
+def unit_name(model):
+    return 'vllm-%s.service' % model
+
+
+def check_slot_name(name, variable='slot'):
+    if not isinstance(name, str) or not SLOT_NAME_RE.match(name):
+        raise SlotError('%s must be a slot name of 1-32 characters: a lower-case letter, then lower-case letters, digits'
+                        ' or "-" (e.g. default, a, minimax); got %s' % (variable, json.dumps(name)))
+    return name
+
+
+def migrate_legacy(legacy):
+    """The slot ``default`` from an older release's current.json ({model, unit, since, previous})."""
+    model = legacy.get('model') if isinstance(legacy, dict) else None
+    if not model:
+        return {}
+    return {DEFAULT_SLOT: {
+        'name': DEFAULT_SLOT, 'model': model, 'profile': '', 'revision': None, 'model_dir': None,
+        'gpu_ids': None, 'port': None, 'unit': legacy.get('unit') or unit_name(model),
+        'since': legacy.get('since'), 'previous': {'model': legacy['previous']} if legacy.get('previous') else None}}
+
+
+def load_state(state_text=None, legacy_text=None):
+    """(slots, migrated): the slots of slots.json, or those migrated from current.json when there is none."""
+    if state_text is not None:
+        try:
+            data = json.loads(state_text)
+        except ValueError as exc:
+            raise SlotError('the host state file is not JSON (%s); fix or move it aside' % exc)
+        slots = data.get('slots') if isinstance(data, dict) else None
+        if not isinstance(slots, dict):
+            raise SlotError('the host state file has no "slots" mapping; fix or move it aside')
+        return slots, False
+    if legacy_text is not None:
+        try:
+            return migrate_legacy(json.loads(legacy_text)), True
+        except ValueError as exc:
+            raise SlotError('the old host state file current.json is not JSON (%s); fix or move it aside' % exc)
+    return {}, False
+
+
+def dump_state(slots):
+    return json.dumps({'version': 1, 'slots': slots}, indent=2, sort_keys=True) + '\n'
+
+
+def model_dir_name(model, commit, commit_in_dir):
+    """The directory (under the models root) that holds ``model`` at ``commit``.
+
+    commit_in_dir maps a candidate directory name to the commit its manifest records (None: the directory is missing
+    or has no manifest). A directory holds one revision and is never written with another: <model> is used while it
+    is free or holds this commit, otherwise <model>--<first 12 hex of the commit>.
+    """
+    pinned = '%s--%s' % (model, commit[:12]) if commit else model
+    if commit is None:
+        return model
+    for name in (model, pinned):
+        if commit_in_dir.get(name) == commit:
+            return name
+    return model if commit_in_dir.get(model) is None else pinned
+
+
+def _link_cost(matrix, a, b):
+    cell = (matrix.get('GPU%d' % a) or {}).get('GPU%d' % b) or (matrix.get('GPU%d' % b) or {}).get('GPU%d' % a)
+    if not cell:
+        return UNKNOWN_LINK_COST
+    if cell.startswith('NV'):
+        return 0
+    return LINK_COST.get(cell, UNKNOWN_LINK_COST)
+
+
+def _group_cost(matrix, ids):
+    return sum(_link_cost(matrix, a, b) for a, b in itertools.combinations(ids, 2))
+
+
+def _best_group(candidates, needed, matrix, prefer):
+    """The ``needed`` GPUs of ``candidates`` with the cheapest links between them; then most of ``prefer`` (the
+    slot's GPUs now), then the lowest indexes."""
+    def key(ids):
+        return (_group_cost(matrix, ids), -len(set(ids) & prefer), list(ids))
+    count = 1
+    for i in range(needed):
+        count = count * (len(candidates) - i) // (i + 1)
+    if count <= MAX_COMBINATIONS:
+        return list(min(itertools.combinations(sorted(candidates), needed), key=key))
+    group = [min(sorted(candidates), key=lambda g: (g not in prefer, g))]
+    while len(group) < needed:
+        rest = [g for g in sorted(candidates) if g not in group]
+        group.append(min(rest, key=lambda g: (sum(_link_cost(matrix, g, h) for h in group), g not in prefer, g)))
+    return sorted(group)
+
+
+def _free_mib(gpu):
+    total, used = gpu.get('memory_total_mib'), gpu.get('memory_used_mib')
+    if total is None or used is None:
+        return None
+    return total - used
+
+
+def assign_gpus(slot, needed, gpu_facts, slots, requested=None, memory_fraction=None, variable='gpu_ids'):
+    """GPU indexes for ``slot``: ``needed`` of them, none held by another slot, each with the memory vLLM claims
+    free (GPUs the slot holds now count as free: its model stops before the new one starts), the cheapest links
+    between them (same PCIe switch / NUMA node, or NVLink). ``requested`` (explicit ids) wins but is checked."""
+    if needed == 0:
+        if requested:
+            raise SlotError('%s=%s: the model runs on the CPU engine and uses no GPU' % (variable, json.dumps(requested)))
+        return []
+    fraction = memory_fraction or DEFAULT_GPU_MEMORY_UTILIZATION
+    gpus = {g.get('index'): g for g in (gpu_facts or {}).get('gpus') or [] if isinstance(g, dict)}
+    matrix = ((gpu_facts or {}).get('topology') or {}).get('matrix') or {}
+    own = set((slots.get(slot) or {}).get('gpu_ids') or [])
+    held = {}
+    for name, record in sorted(slots.items()):
+        if name != slot:
+            for index in record.get('gpu_ids') or []:
+                held[index] = name
+
+    def why_not(index):
+        if index not in gpus:
+            return 'GPU %s is not on this host (GPUs: %s)' % (index, ', '.join(str(i) for i in sorted(gpus)) or 'none')
+        if index in held:
+            return 'GPU %s is held by slot %s' % (index, held[index])
+        free = _free_mib(gpus[index])
+        needed_mib = int((gpus[index].get('memory_total_mib') or 0) * fraction)
+        if index not in own and (free is None or free < needed_mib):
+            return 'GPU %s is busy: %s MiB free, the model needs %d MiB (%s x its memory)' % (
+                index, 'unknown' if free is None else free, needed_mib, fraction)
+        return None
+
+    if requested:
+        ids = list(requested)
+        if len(set(ids)) != len(ids) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise SlotError('%s must be a list of distinct GPU indexes, got %s' % (variable, json.dumps(requested)))
+        if len(ids) != needed:
+            raise SlotError('%s=%s names %d GPUs; the model needs %d (tensor x pipeline x data parallel)'
+                            % (variable, json.dumps(ids), len(ids), needed))
+        problems = [p for p in (why_not(i) for i in ids) if p]
+        if problems:
+            raise SlotError('%s=%s cannot be used by slot %s: %s' % (variable, json.dumps(ids), slot, '; '.join(problems)))
+        return sorted(ids)
+    if len(gpus) < needed:
+        raise SlotError('the model needs %d GPUs (tensor x pipeline x data parallel) and this host has %d: it does not'
+                        ' fit this host' % (needed, len(gpus)))
+    candidates = [i for i in gpus if why_not(i) is None]
+    if len(candidates) < needed:
+        reasons = [why_not(i) for i in sorted(gpus) if why_not(i)]
+        detail = (': ' + '; '.join(reasons)) if reasons else ''
+        raise SlotError('slot %s needs %d GPUs but only %d are free on this host%s. Pivot or remove another slot first,'
+                        ' or name the GPUs with %s' % (slot, needed, len(candidates), detail, variable))
+    return _best_group(candidates, needed, matrix, own)
+
+
+def assign_port(slot, slots, catalog_port, requested=None, reserved=(), variable='port'):
+    """The slot's port: ``requested`` when given, else the one it has (stable across pivots), else the model's
+    catalog port when no other slot has it, else the lowest free one from 8000. ``reserved``: ports that belong to
+    something else on the host (a gateway)."""
+    taken = {}
+    for name, record in sorted(slots.items()):
+        if name != slot and record.get('port'):
+            taken[int(record['port'])] = 'slot %s' % name
+    for port in reserved or ():
+        taken.setdefault(int(port), 'the gateway')
+    if requested not in (None, ''):
+        try:
+            port = int(requested)
+        except (TypeError, ValueError):
+            port = 0
+        if not 1 <= port <= 65535:
+            raise SlotError('%s must be a TCP port in 1..65535, got %s' % (variable, json.dumps(requested)))
+        if port in taken:
+            raise SlotError('%s=%d is already used by %s on this host; pick another port' % (variable, port, taken[port]))
+        return port
+    current = (slots.get(slot) or {}).get('port')
+    if current and int(current) not in taken:
+        return int(current)
+    if catalog_port and int(catalog_port) not in taken:
+        return int(catalog_port)
+    port = FIRST_PORT
+    while port in taken:
+        port += 1
+    return port
+
+
+def check_model_free(slot, model, slots):
+    """A model serves in one slot of a host: its unit is named after it."""
+    for name, record in sorted(slots.items()):
+        if name != slot and record.get('model') == model:
+            raise SlotError('%s already serves in slot %s of this host; a model serves in one slot (pivot slot %s,'
+                            ' or serve another model in slot %s)' % (model, name, name, slot))

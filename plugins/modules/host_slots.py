@@ -1,0 +1,344 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: host_slots
+short_description: Read, plan and record what each slot of a host serves (models, revisions, GPUs, ports)
+version_added: "0.2.0"
+description:
+  - A host serves one model per slot, each on its own GPUs and port. This module owns that state
+    (C(<state_dir>/slots.json)); every role and playbook of the collection reads and writes it through here.
+  - V(read) returns the slots. A host set up by an older release kept one model in C(current.json); it becomes the
+    slot C(default), written to C(slots.json) on the first run that is not in check mode (C(current.json) is kept
+    as C(current.json.migrated)).
+  - V(plan) says where the next model of a slot goes, changing nothing - GPUs that no other slot holds and that
+    have the memory free, preferring GPUs linked by NVLink or under one PCIe switch / NUMA node; the slot's port
+    (stable across its pivots); the model directory for the resolved commit (a directory holds one revision, so
+    another commit of a model already on disk goes to C(<model>--<sha12>)). It fails, naming the variable, when
+    the request cannot be met.
+  - V(set) records a slot after its model serves; V(absent) removes a slot's record.
+author:
+  - llmfleet maintainers (@llmfleet)
+options:
+  action:
+    description: What to do.
+    type: str
+    choices: [read, plan, set, absent]
+    default: read
+  state_dir:
+    description: Directory of the host state. Defaults to C(/var/lib/llmfleet).
+    type: path
+  slot:
+    description: Slot name (a lower-case letter, then up to 31 lower-case letters, digits or C(-)).
+    type: str
+    default: default
+  model:
+    description: Catalog name of the model (V(plan), V(set)).
+    type: str
+  profile:
+    description: Serving profile of the model (V(set)).
+    type: str
+    default: ""
+  revision:
+    description: Commit sha the model is pinned to (V(plan), V(set)); null when it is not known (check mode).
+    type: str
+  models_root:
+    description:
+      - Directory of the model directories (V(plan); with any action, a slot migrated from C(current.json) gets
+        its model directory, the commit its manifest records and the port of its unit).
+    type: path
+  model_dir:
+    description: Directory the model is served from (V(set)).
+    type: path
+  catalog_port:
+    description: The model's port in the catalog, used for a new slot when no other slot has it (V(plan)).
+    type: int
+  port:
+    description: Port the slot must use (V(plan), checked against the other slots; V(set), recorded).
+    type: int
+  reserved_ports:
+    description: Ports no slot may take (a gateway's).
+    type: list
+    elements: int
+    default: []
+  gpus_needed:
+    description: GPUs the model needs (tensor x pipeline x data parallel); 0 on the CPU engine (V(plan)).
+    type: int
+    default: 0
+  gpu_ids:
+    description: GPU indexes (V(plan), explicit GPUs, checked; V(set), recorded).
+    type: list
+    elements: int
+    default: []
+  gpu_facts:
+    description: The C(llmfleet_gpu) fact of M(llmfleet.vllm.gpu_facts) (GPUs with their memory, topology matrix).
+    type: dict
+    default: {}
+  gpu_memory_utilization:
+    description: Share of each GPU's memory the model claims (free memory below it makes a GPU busy).
+    type: float
+  variable_prefix:
+    description: Prefix of the caller's variable names in error messages (e.g. C(pivot_) names C(pivot_gpu_ids)).
+    type: str
+    default: ""
+  unit_dir:
+    description: Directory of the systemd units (a slot migrated from C(current.json) takes its port from its unit).
+    type: path
+    default: /etc/systemd/system
+  since:
+    description: When the slot's model began to serve, seconds since the epoch (V(set)).
+    type: float
+  previous:
+    description: What the slot served before (V(set)), e.g. C({model, revision, model_dir}).
+    type: dict
+attributes:
+  check_mode:
+    support: full
+    description: V(read) and V(plan) run the same; V(set) and V(absent) report what they would write.
+  diff_mode:
+    support: full
+    description: V(set) and V(absent) return the state file before and after.
+seealso:
+  - module: llmfleet.vllm.gpu_facts
+"""
+
+EXAMPLES = r"""
+- name: Read what each slot serves
+  llmfleet.vllm.host_slots:
+  register: slots
+
+- name: Plan slot b for a TP4 model on an 8-GPU PCIe host (GPUs under one NUMA node, a port of its own)
+  llmfleet.vllm.host_slots:
+    action: plan
+    slot: b
+    model: minimax-m25
+    revision: 0123456789abcdef0123456789abcdef01234567
+    models_root: /srv/models
+    catalog_port: 8000
+    gpus_needed: 4
+    gpu_facts: "{{ ansible_facts.llmfleet_gpu }}"
+  register: plan
+
+- name: Record the slot once its model serves
+  llmfleet.vllm.host_slots:
+    action: set
+    slot: b
+    model: minimax-m25
+    revision: "{{ plan.revision }}"
+    model_dir: "{{ plan.model_dir }}"
+    gpu_ids: "{{ plan.gpu_ids }}"
+    port: "{{ plan.port }}"
+    since: "{{ now(utc=true).timestamp() }}"
+"""
+
+RETURN = r"""
+slots:
+  description: The host's slots by name (after the action), each with model, profile, revision, model_dir, gpu_ids, port, unit, since, previous.
+  returned: always
+  type: dict
+  sample: {default: {name: default, model: tiny-llama-a, revision: 3f1c0b6d5e0f4b7a8e2d1c9b8a7f6e5d4c3b2a10, gpu_ids: [], port: 8001,
+           unit: vllm-tiny-llama-a.service, model_dir: /srv/models/tiny-llama-a, since: 1764750000.0, previous: null}}
+slot:
+  description: The named slot's record before the action; null when the slot is new.
+  returned: always
+  type: dict
+state_dir:
+  description: Directory of the host state.
+  returned: always
+  type: str
+  sample: /var/lib/llmfleet
+records_dir:
+  description: Directory of the host's pivot records.
+  returned: always
+  type: str
+  sample: /var/lib/llmfleet/pivots
+migrated:
+  description: Whether the slots came from an older release's current.json.
+  returned: always
+  type: bool
+gpu_ids:
+  description: GPUs the slot gets (V(plan)).
+  returned: when action is plan
+  type: list
+  elements: int
+  sample: [4, 5, 6, 7]
+port:
+  description: Port the slot gets (V(plan)).
+  returned: when action is plan
+  type: int
+  sample: 8001
+unit:
+  description: systemd unit of the model (V(plan)).
+  returned: when action is plan
+  type: str
+  sample: vllm-minimax-m25.service
+model_dir:
+  description: Directory for the model at the revision (V(plan)).
+  returned: when action is plan
+  type: str
+  sample: /srv/models/minimax-m25
+serving_same:
+  description: Whether the slot already serves this model at this revision (V(plan)).
+  returned: when action is plan
+  type: bool
+units:
+  description: The units of every slot (to tell them from servers the collection does not manage).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.llmfleet.vllm.plugins.module_utils import host_slots as hs
+
+PORT_ARG_RE = re.compile(r'^ExecStart=.*\s--port\s+([0-9]+)', re.M)
+
+
+def _read(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def _write_atomic(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = '%s.tmp-%d' % (path, os.getpid())
+    with open(tmp, 'w') as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def _manifest_commit(models_root, name):
+    text = _read(os.path.join(models_root, name, hs.MANIFEST_RELPATH))
+    try:
+        return json.loads(text).get('revision') if text else None
+    except ValueError:
+        return None
+
+
+def _unit_port(unit_dir, unit):
+    match = PORT_ARG_RE.search(_read(os.path.join(unit_dir, unit)) or '')
+    return int(match.group(1)) if match else None
+
+
+def _completed(record, models_root, unit_dir):
+    """A slot migrated from current.json, completed from the host: the model's directory, the commit its manifest
+    records and the port its unit listens on."""
+    if record.get('model_dir') or not record.get('model'):
+        return record
+    return dict(record, model_dir=os.path.join(models_root, record['model']),
+                revision=record.get('revision') or _manifest_commit(models_root, record['model']),
+                port=record.get('port') or _unit_port(unit_dir, record.get('unit') or hs.unit_name(record['model'])),
+                gpu_ids=record.get('gpu_ids') or [])
+
+
+def _plan(module, slots, result):
+    p = module.params
+    prefix = p['variable_prefix']
+    if not p['model'] or not p['models_root']:
+        module.fail_json(msg='action=plan needs model and models_root', **result)
+    hs.check_model_free(p['slot'], p['model'], slots)
+    revision = p['revision'] or None
+    if revision is not None and not hs.COMMIT_RE.match(revision):
+        module.fail_json(msg='%srevision must be resolved to a 40-hex commit sha before planning, got %s'
+                         % (prefix, json.dumps(revision)), **result)
+    names = [p['model'], '%s--%s' % (p['model'], (revision or '')[:12])]
+    dir_name = hs.model_dir_name(p['model'], revision, {n: _manifest_commit(p['models_root'], n) for n in names})
+    gpu_ids = hs.assign_gpus(p['slot'], p['gpus_needed'], p['gpu_facts'], slots, requested=p['gpu_ids'],
+                             memory_fraction=p['gpu_memory_utilization'], variable=prefix + 'gpu_ids')
+    port = hs.assign_port(p['slot'], slots, p['catalog_port'], requested=p['port'], reserved=p['reserved_ports'],
+                          variable=prefix + 'port')
+    current = slots.get(p['slot']) or {}
+    model_dir = os.path.join(p['models_root'], dir_name)
+    result.update(gpu_ids=gpu_ids, port=port, unit=hs.unit_name(p['model']), model_dir=model_dir,
+                  serving_same=bool(current) and current.get('model') == p['model']
+                  and current.get('revision') in (revision, None) and current.get('model_dir') in (model_dir, None))
+    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            action=dict(type='str', default='read', choices=['read', 'plan', 'set', 'absent']),
+            state_dir=dict(type='path'),
+            slot=dict(type='str', default=hs.DEFAULT_SLOT),
+            model=dict(type='str'),
+            profile=dict(type='str', default=''),
+            revision=dict(type='str'),
+            models_root=dict(type='path'),
+            model_dir=dict(type='path'),
+            catalog_port=dict(type='int'),
+            port=dict(type='int'),
+            reserved_ports=dict(type='list', elements='int', default=[]),
+            gpus_needed=dict(type='int', default=0),
+            gpu_ids=dict(type='list', elements='int', default=[]),
+            gpu_facts=dict(type='dict', default={}),
+            gpu_memory_utilization=dict(type='float'),
+            variable_prefix=dict(type='str', default=''),
+            since=dict(type='float'),
+            previous=dict(type='dict'),
+            unit_dir=dict(type='path', default='/etc/systemd/system'),
+        ),
+        required_if=[('action', 'set', ('model', 'model_dir', 'port'))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    paths = hs.state_paths(p['state_dir'])
+    try:
+        hs.check_slot_name(p['slot'], p['variable_prefix'] + 'slot')
+        slots, migrated = hs.load_state(_read(paths['state_file']), _read(paths['legacy_state_file']))
+    except hs.SlotError as exc:
+        module.fail_json(msg='%s (%s)' % (exc, paths['state_file']))
+    before_text = hs.dump_state(slots)
+    if p['models_root']:
+        # Slots migrated from current.json say neither directory nor commit: the model's directory and its manifest do.
+        slots = {name: _completed(record, p['models_root'], p['unit_dir']) for name, record in slots.items()}
+    result = dict(changed=False, slots=slots, slot=slots.get(p['slot']), migrated=migrated,
+                  state_dir=paths['state_dir'], records_dir=paths['records_dir'],
+                  units=sorted({r.get('unit') for r in slots.values() if r.get('unit')}))
+    if p['action'] == 'plan':
+        try:
+            _plan(module, slots, result)
+        except hs.SlotError as exc:
+            module.fail_json(msg=str(exc), **result)
+
+    after = dict(slots)
+    if p['action'] == 'set':
+        after[p['slot']] = {
+            'name': p['slot'], 'model': p['model'], 'profile': p['profile'], 'revision': p['revision'] or None,
+            'model_dir': p['model_dir'], 'gpu_ids': p['gpu_ids'], 'port': p['port'], 'unit': hs.unit_name(p['model']),
+            'since': p['since'] if p['since'] is not None else round(time.time(), 3), 'previous': p['previous']}
+        current = slots.get(p['slot'])
+        if current and all(current.get(k) == after[p['slot']][k] for k in after[p['slot']] if k not in ('since', 'previous')):
+            after[p['slot']] = current  # the same model where it was: keep when it began and what came before
+    elif p['action'] == 'absent':
+        after.pop(p['slot'], None)
+    after_text = hs.dump_state(after)
+    write = p['action'] != 'plan' and (after_text != before_text or migrated)
+    result.update(changed=write, slots=after, units=sorted({r.get('unit') for r in after.values() if r.get('unit')}))
+    if module._diff and write:
+        result['diff'] = {'before': before_text if not migrated else '', 'after': after_text,
+                          'before_header': paths['state_file'], 'after_header': paths['state_file']}
+    if write and not module.check_mode:
+        _write_atomic(paths['state_file'], after_text)
+        if migrated:
+            os.replace(paths['legacy_state_file'], paths['legacy_state_file'] + '.migrated')
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
