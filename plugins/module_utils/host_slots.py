@@ -3,7 +3,7 @@
 """Host state as slots: what each slot of a host serves, and where the next model of a slot goes.
 
 A slot is one served model on its own GPUs and port: {name, model, profile, revision (commit sha), model_dir,
-gpu_ids, port, unit, since, previous}. The host keeps all of them in <state_dir>/slots.json. A host of an older
+gpu_ids, port, unit, since, previous, alias, standby_port}. The host keeps all of them in <state_dir>/slots.json. A host of an older
 release kept one model in <state_dir>/current.json: that becomes the slot ``default`` (read here, written by the
 host_slots module on the first run).
 
@@ -25,6 +25,7 @@ DEFAULT_SLOT = 'default'
 FIRST_PORT = 8000
 SLOT_NAME_RE = re.compile(r'^[a-z][a-z0-9-]{0,31}$')
 COMMIT_RE = re.compile(r'^[0-9a-f]{40}$')
+ALIAS_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$')
 MANIFEST_RELPATH = os.path.join('.cache', 'llmfleet', 'manifest.json')
 # vLLM's default share of each GPU's memory (fit_check uses the same figure).
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
@@ -145,10 +146,12 @@ def _free_mib(gpu):
     return total - used
 
 
-def assign_gpus(slot, needed, gpu_facts, slots, requested=None, memory_fraction=None, variable='gpu_ids'):
+def assign_gpus(slot, needed, gpu_facts, slots, requested=None, memory_fraction=None, variable='gpu_ids',
+                beside=False):
     """GPU indexes for ``slot``: ``needed`` of them, none held by another slot, each with the memory vLLM claims
-    free (GPUs the slot holds now count as free: its model stops before the new one starts), the cheapest links
-    between them (same PCIe switch / NUMA node, or NVLink). ``requested`` (explicit ids) wins but is checked."""
+    free (GPUs the slot holds now count as free: its model stops before the new one starts; not with ``beside``,
+    where the new model starts next to it), the cheapest links between them (same PCIe switch / NUMA node, or
+    NVLink). ``requested`` (explicit ids) wins but is checked."""
     if needed == 0:
         if requested:
             raise SlotError('%s=%s: the model runs on the CPU engine and uses no GPU' % (variable, json.dumps(requested)))
@@ -159,9 +162,11 @@ def assign_gpus(slot, needed, gpu_facts, slots, requested=None, memory_fraction=
     own = set((slots.get(slot) or {}).get('gpu_ids') or [])
     held = {}
     for name, record in sorted(slots.items()):
-        if name != slot:
+        if name != slot or beside:
             for index in record.get('gpu_ids') or []:
                 held[index] = name
+    if beside:
+        own = set()
 
     def why_not(index):
         if index not in gpus:
@@ -206,6 +211,8 @@ def assign_port(slot, slots, catalog_port, requested=None, reserved=(), variable
     for name, record in sorted(slots.items()):
         if name != slot and record.get('port'):
             taken[int(record['port'])] = 'slot %s' % name
+        if name != slot and record.get('standby_port'):
+            taken[int(record['standby_port'])] = 'slot %s (standby)' % name
     for port in reserved or ():
         taken.setdefault(int(port), 'the gateway')
     if requested not in (None, ''):
@@ -224,6 +231,35 @@ def assign_port(slot, slots, catalog_port, requested=None, reserved=(), variable
     if catalog_port and int(catalog_port) not in taken:
         return int(catalog_port)
     port = FIRST_PORT
+    while port in taken:
+        port += 1
+    return port
+
+
+def assign_alias(slot, slots, requested=None, variable='alias'):
+    """The name clients send as ``model`` for the slot (vLLM serves it first, the gateway routes by it): requested,
+    else the one the slot has, else the slot's name. No two slots answer to one name."""
+    alias = requested or (slots.get(slot) or {}).get('alias') or slot
+    if not isinstance(alias, str) or not ALIAS_RE.match(alias):
+        raise SlotError('%s must be a model alias of letters, digits and "._:/-" (at most 128), got %s'
+                        % (variable, json.dumps(alias)))
+    for name, record in sorted(slots.items()):
+        if name != slot and alias in (record.get('alias') or name, record.get('model')):
+            raise SlotError('%s=%s is already the name of slot %s (alias %s, model %s); give each slot its own alias'
+                            % (variable, alias, name, record.get('alias') or name, record.get('model')))
+    return alias
+
+
+def standby_port(slot, slots, active_port, reserved=()):
+    """The slot's second port, where the next model of a blue/green pivot starts: the one it has, else the lowest
+    free one above the active port that no slot uses."""
+    taken = {int(p) for p in reserved or ()} | {active_port}
+    for name, record in slots.items():
+        taken |= {int(p) for p in (record.get('port'), record.get('standby_port')) if p and name != slot}
+    current = (slots.get(slot) or {}).get('standby_port')
+    if current and int(current) not in taken:
+        return int(current)
+    port = active_port + 1
     while port in taken:
         port += 1
     return port

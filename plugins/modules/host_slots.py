@@ -89,6 +89,24 @@ options:
     description: Directory of the systemd units (a slot migrated from C(current.json) takes its port from its unit).
     type: path
     default: /etc/systemd/system
+  alias:
+    description:
+      - Name clients send as C(model) for the slot (served first by vLLM, routed by the gateway). V(plan) checks it
+        against the other slots; empty keeps the slot's alias, else the slot's name.
+    type: str
+  standby_port:
+    description: The slot's second port, where the next model of a blue/green pivot starts (V(set)).
+    type: int
+  gateway:
+    description: A gateway fronts the slots (V(plan) gives the slot a standby port and may choose blue/green).
+    type: bool
+    default: false
+  blue_green:
+    description:
+      - With O(gateway), start a different model beside the old one when GPUs no slot holds are free for it, switch
+        the gateway, then stop the old one (V(plan) returns RV(strategy)).
+    type: bool
+    default: true
   since:
     description: When the slot's model began to serve, seconds since the epoch (V(set)).
     type: float
@@ -185,6 +203,22 @@ serving_same:
   description: Whether the slot already serves this model at this revision (V(plan)).
   returned: when action is plan
   type: bool
+strategy:
+  description: How the model is replaced (V(plan)), V(none), V(new), V(blue_green) or V(stop_start).
+  returned: when action is plan
+  type: str
+strategy_reason:
+  description: Why not blue/green (V(plan)).
+  returned: when action is plan
+  type: str
+alias:
+  description: Name clients send as C(model) for the slot (V(plan)).
+  returned: when action is plan
+  type: str
+standby_port:
+  description: The slot's other port (V(plan) with O(gateway)); null without a gateway.
+  returned: when action is plan
+  type: int
 units:
   description: The units of every slot (to tell them from servers the collection does not manage).
   returned: always
@@ -258,16 +292,46 @@ def _plan(module, slots, result):
                          % (prefix, json.dumps(revision)), **result)
     names = [p['model'], '%s--%s' % (p['model'], (revision or '')[:12])]
     dir_name = hs.model_dir_name(p['model'], revision, {n: _manifest_commit(p['models_root'], n) for n in names})
-    gpu_ids = hs.assign_gpus(p['slot'], p['gpus_needed'], p['gpu_facts'], slots, requested=p['gpu_ids'],
-                             memory_fraction=p['gpu_memory_utilization'], variable=prefix + 'gpu_ids')
-    port = hs.assign_port(p['slot'], slots, p['catalog_port'], requested=p['port'], reserved=p['reserved_ports'],
-                          variable=prefix + 'port')
     current = slots.get(p['slot']) or {}
     model_dir = os.path.join(p['models_root'], dir_name)
-    result.update(gpu_ids=gpu_ids, port=port, unit=hs.unit_name(p['model']), model_dir=model_dir,
-                  serving_same=bool(current) and current.get('model') == p['model']
-                  and current.get('revision') in (revision, None) and current.get('model_dir') in (model_dir, None))
+    serving_same = (bool(current) and current.get('model') == p['model'] and current.get('revision') in (revision, None)
+                    and current.get('model_dir') in (model_dir, None))
+    alias = hs.assign_alias(p['slot'], slots, requested=p['alias'], variable=prefix + 'alias')
+    port = hs.assign_port(p['slot'], slots, p['catalog_port'], requested=p['port'], reserved=p['reserved_ports'],
+                          variable=prefix + 'port')
+    standby = hs.standby_port(p['slot'], slots, port, reserved=p['reserved_ports']) if p['gateway'] else None
+    strategy, why = _strategy(p, current, serving_same)
+    gpu_ids = None
+    if strategy == 'blue_green':
+        try:
+            gpu_ids = hs.assign_gpus(p['slot'], p['gpus_needed'], p['gpu_facts'], slots, requested=p['gpu_ids'],
+                                     memory_fraction=p['gpu_memory_utilization'], variable=prefix + 'gpu_ids', beside=True)
+            port, standby = standby, port  # the new model starts on the standby port; the old one's becomes standby
+        except hs.SlotError as exc:
+            strategy, why = 'stop_start', 'the new model does not fit beside the old one (%s)' % exc
+    if gpu_ids is None:
+        gpu_ids = hs.assign_gpus(p['slot'], p['gpus_needed'], p['gpu_facts'], slots, requested=p['gpu_ids'],
+                                 memory_fraction=p['gpu_memory_utilization'], variable=prefix + 'gpu_ids')
+    result.update(gpu_ids=gpu_ids, port=port, standby_port=standby, alias=alias, unit=hs.unit_name(p['model']),
+                  model_dir=model_dir, serving_same=serving_same, strategy=strategy, strategy_reason=why)
     module.exit_json(**result)
+
+
+def _strategy(p, current, serving_same):
+    """How the slot's model is replaced: none, new (nothing served), blue_green (the new model starts beside the
+    old one, the gateway switches, then the old one stops) or stop_start; and why not blue_green."""
+    if serving_same:
+        return 'none', 'already serves it'
+    if not current.get('model'):
+        return 'new', 'nothing served in the slot'
+    if not p['gateway']:
+        return 'stop_start', 'no gateway in front of the slot'
+    if not p['blue_green']:
+        return 'stop_start', 'blue/green switched off'
+    if current.get('model') == p['model']:
+        return 'stop_start', 'another revision of the same model (one unit per model)'
+    return 'blue_green', ''
+
 
 
 def main():
@@ -292,6 +356,10 @@ def main():
             since=dict(type='float'),
             previous=dict(type='dict'),
             unit_dir=dict(type='path', default='/etc/systemd/system'),
+            alias=dict(type='str'),
+            standby_port=dict(type='int'),
+            gateway=dict(type='bool', default=False),
+            blue_green=dict(type='bool', default=True),
         ),
         required_if=[('action', 'set', ('model', 'model_dir', 'port'))],
         supports_check_mode=True,
@@ -321,7 +389,9 @@ def main():
         after[p['slot']] = {
             'name': p['slot'], 'model': p['model'], 'profile': p['profile'], 'revision': p['revision'] or None,
             'model_dir': p['model_dir'], 'gpu_ids': p['gpu_ids'], 'port': p['port'], 'unit': hs.unit_name(p['model']),
-            'since': p['since'] if p['since'] is not None else round(time.time(), 3), 'previous': p['previous']}
+            'since': p['since'] if p['since'] is not None else round(time.time(), 3), 'previous': p['previous'],
+            'alias': p['alias'] or (slots.get(p['slot']) or {}).get('alias') or p['slot'],
+            'standby_port': p['standby_port'] or (slots.get(p['slot']) or {}).get('standby_port')}
         current = slots.get(p['slot'])
         if current and all(current.get(k) == after[p['slot']][k] for k in after[p['slot']] if k not in ('since', 'previous')):
             after[p['slot']] = current  # the same model where it was: keep when it began and what came before

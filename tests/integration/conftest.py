@@ -97,6 +97,19 @@ def stream_server():
 
 
 @pytest.fixture(scope="session")
+def pivot_playbook():
+    """A function of an inventory directory that runs playbooks/pivot.yml with it, as users do (the CLI, -e)."""
+    def runner(inventory):
+        def run(*extra: str) -> subprocess.CompletedProcess:
+            env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+            return subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inventory),
+                                   os.path.join(REPO, "playbooks", "pivot.yml"), *extra],
+                                  capture_output=True, text=True, env=env, cwd=REPO, check=False)
+        return run
+    return runner
+
+
+@pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> str:
     """Directory holding the tiny test models (tiny-llama-a, tiny-llama-b), generated locally."""
     out = tmp_path_factory.mktemp("tiny-models")

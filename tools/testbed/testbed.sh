@@ -95,9 +95,15 @@ cmd_up() {
   fi
   cmd_down "$name" 2>/dev/null   # leftovers of an earlier run under this name
   if ss -Hltn "sport = :$port" | grep -q .; then die "ssh port $port is already in use on this host"; fi
-  mkdir -p "$dir"
-  log "copying ${image:-base} rootfs for $name"
-  cp -a --reflink=auto "$src" "$root"
+  mkdir -p "$dir/upper" "$dir/work" "$root"
+  # The image stays read-only below a per-machine overlay: an up takes no copy of its ~4 GB, a down deletes only
+  # what the machine wrote. Where overlayfs cannot be mounted, a full copy.
+  if mount -t overlay "llmfleet-$name" -o "lowerdir=$src,upperdir=$dir/upper,workdir=$dir/work" "$root" 2>/dev/null; then
+    log "overlay of ${image:-base} rootfs for $name"
+  else
+    log "copying ${image:-base} rootfs for $name (no overlayfs here)"
+    rmdir "$root"; cp -a --reflink=auto "$src" "$root"
+  fi
   echo "$name" >"$root/etc/hostname"
   printf '127.0.0.1 localhost\n127.0.1.1 %s\n' "$name" >"$root/etc/hosts"
   chroot "$root" ssh-keygen -A >/dev/null
@@ -156,6 +162,8 @@ ssh_cmd() {
 # crashed run (state dir gone) are found too.
 nspawn_pids() { pgrep -f -- "systemd-nspawn .* -M $1( |\$)" || true; }
 
+unmount_rootfs() { if mountpoint -q "$1"; then umount "$1" 2>/dev/null || umount -l "$1"; fi; }
+
 cmd_down() {
   local name=${1:?name} dir=$STATE/$1 leader pid
   leader=$(leader_pid "$name" || true)
@@ -169,6 +177,7 @@ cmd_down() {
   done
   for _ in $(seq 1 20); do [[ -z $(nspawn_pids "$name") ]] && break; sleep 0.5; done
   remove_machine_cgroup "$name"
+  unmount_rootfs "$dir/rootfs"
   rm -rf "$dir"
   log "$name is down"
 }
@@ -183,7 +192,12 @@ cmd_save() {
   remove_machine_cgroup "$name"
   local dest=$CACHE/images/$image
   rm -rf "$dest" "$dest.tmp"; mkdir -p "$CACHE/images"
-  mv "$dir/rootfs" "$dest.tmp"
+  if mountpoint -q "$dir/rootfs"; then
+    cp -a "$dir/rootfs" "$dest.tmp"  # the overlay's merged view
+    unmount_rootfs "$dir/rootfs"
+  else
+    mv "$dir/rootfs" "$dest.tmp"
+  fi
   rm -f "$dest.tmp"/etc/ssh/ssh_host_* "$dest.tmp/root/.ssh/authorized_keys" "$dest.tmp/etc/ssh/sshd_config.d/testbed.conf"
   : >"$dest.tmp/etc/machine-id"
   mv "$dest.tmp" "$dest"

@@ -9,11 +9,13 @@ time, and records each request's start, end, outcome and error. Loopback / test-
     assert client.summary()["failed"] == 0
 
     python tools/traffic/continuous_client.py --base-url URL --model NAME --seconds 60   # prints the summary as JSON
+    python tools/traffic/continuous_client.py ... --seconds 900 --stop-file F --output OUT.json &   # until F exists
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import threading
 import time
 
@@ -100,15 +102,25 @@ def main():
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--max-requests", type=int, default=20000)
+    parser.add_argument("--stop-file", help="stop once this file exists")
+    parser.add_argument("--output", help="write the summary and every request here (JSON) instead of stdout")
     args = parser.parse_args()
     client = ContinuousClient(args.base_url, args.model, api_key=args.api_key, workers=args.workers,
                               max_requests=args.max_requests, max_seconds=args.seconds).start()
     try:
         while any(t.is_alive() for t in client._threads):  # pylint: disable=protected-access
+            if args.stop_file and os.path.exists(args.stop_file):
+                break
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
-    print(json.dumps(client.stop(), indent=2))
+    summary = client.stop()
+    if args.output:
+        with open(args.output + ".tmp", "w") as handle:
+            json.dump(dict(summary, requests_log=client.requests), handle, indent=1)
+        os.replace(args.output + ".tmp", args.output)
+    else:
+        print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

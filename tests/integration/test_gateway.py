@@ -1,0 +1,149 @@
+"""Pivots behind the host's gateway (roles/gateway: Debian's HAProxy) on a real systemd test host with vLLM's CPU
+engine, while a continuous `openai` client talks only to the gateway, with the slot's alias as its model, and every
+failed request is counted.
+
+In order, on one host (slot `default`, alias `chat`):
+1. nothing -> tiny-llama-a behind the gateway (vLLM on loopback); bad gateway input is refused before any change
+2. blue/green tiny-llama-a -> tiny-llama-b: b starts on the slot's standby port beside a, passes its gate, takes the
+   traffic; a drains and stops. 0 failed requests, downtime 0. A re-run changes nothing.
+3. rollback during load: a pivot back to tiny-llama-a whose gate cannot pass (blue/green: a starts beside b and is
+   stopped again; b never stops). 0 failed requests.
+4. stop, then start (a new upstream commit of tiny-llama-b: the same model's unit cannot run twice): the slot's
+   server drains, and every failed request is a 503 with Retry-After inside the window the gateway was closed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools", "traffic"))
+from continuous_client import ContinuousClient  # noqa: E402  pylint: disable=wrong-import-position
+
+TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
+HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
+MACHINE, SSH_PORT, HUB_PORT = "itest-gw", "2233", "18093"
+# Ports of their own (test hosts share the host's network): the gateway, and the slot's two vLLM ports.
+GW_PORT, A_PORT, B_PORT = 8590, 8501, 8502
+GW_URL = f"http://127.0.0.1:{GW_PORT}"
+PORTS = {"tiny-llama-a": {"port": A_PORT}, "tiny-llama-b": {"port": B_PORT}}
+
+
+def _ssh(cmd: str) -> str:
+    return subprocess.run([TESTBED, "ssh", MACHINE, cmd], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def _slot() -> dict:
+    return json.loads(_ssh("cat /var/lib/llmfleet/slots.json"))["slots"]["default"]
+
+
+def _main_pid(model: str) -> str:
+    return _ssh(f"systemctl show -P MainPID vllm-{model}.service")
+
+
+def _served_through_gateway() -> str:
+    with urllib.request.urlopen(urllib.request.Request(
+            GW_URL + "/v1/completions", data=json.dumps({"model": "chat", "prompt": "hi", "max_tokens": 2}).encode(),
+            headers={"Content-Type": "application/json"}), timeout=30) as resp:
+        return json.load(resp)["model"], resp.status
+
+
+@pytest.fixture(scope="module")
+def pivot(tmp_path_factory, vllm_image, pivot_playbook):
+    inv = tmp_path_factory.mktemp("gateway-inventory")
+    results = tmp_path_factory.mktemp("gateway-results")
+    (inv / "hosts.yml").write_text(
+        f"all:\n  hosts:\n    {MACHINE}:\n      ansible_port: {SSH_PORT}\n"
+        f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}\n      pivot_benchmark: false\n"
+        f"      pivot_gateway: true\n      pivot_alias: chat\n      gateway_port: {GW_PORT}\n      gateway_retry_after_s: 5\n"
+        f"      pivot_controller_results_dir: {results}\n      llmfleet_models_extra: {json.dumps(PORTS)}\n")
+    os.symlink(os.path.join(REPO, "inventory", "testbed", "group_vars"), inv / "group_vars")
+
+    run = pivot_playbook(inv)
+
+    run.results = results
+    subprocess.run([HUB, "start", HUB_PORT], check=True)
+    subprocess.run([TESTBED, "up", MACHINE, SSH_PORT, vllm_image], check=True, capture_output=True)
+    try:
+        first = run("-e", "model=tiny-llama-a")
+        assert first.returncode == 0, first.stdout[-6000:]
+        yield run
+    finally:
+        subprocess.run([TESTBED, "down", MACHINE], check=False, capture_output=True)
+        subprocess.run([HUB, "stop", HUB_PORT], check=False)
+
+
+def _client() -> ContinuousClient:
+    return ContinuousClient(GW_URL + "/v1", "chat", max_seconds=1200)
+
+
+def test_first_model_serves_behind_the_gateway_on_loopback(pivot):
+    assert _served_through_gateway() == ("chat", 200)
+    listeners = _ssh(f"ss -Hltn 'sport = :{A_PORT}'")
+    assert f"127.0.0.1:{A_PORT}" in listeners and f"0.0.0.0:{A_PORT}" not in listeners, listeners
+    slot = _slot()
+    assert (slot["model"], slot["alias"], slot["port"], slot["standby_port"]) == ("tiny-llama-a", "chat", A_PORT, B_PORT)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["-e", f"gateway_port={A_PORT}"], f"gateway_port {A_PORT} is a port of slot default"),
+    (["-e", "slot=other", "-e", "pivot_alias=chat"], "pivot_alias=chat is already the name of slot default"),
+    (["-e", "gateway_tls_cert_file=/etc/llmfleet/no-such.pem"], "gateway_tls_cert_file /etc/llmfleet/no-such.pem does not exist"),
+])
+def test_bad_gateway_input_is_refused_before_any_change(pivot, extra, message):
+    pid, slot, config = _main_pid("tiny-llama-a"), _slot(), _ssh("cat /etc/haproxy/haproxy.cfg")
+    result = pivot("-e", "model=tiny-llama-b", *extra)
+    assert result.returncode != 0 and message in result.stdout, result.stdout[-4000:]
+    assert _main_pid("tiny-llama-a") == pid and _slot() == slot and _ssh("cat /etc/haproxy/haproxy.cfg") == config
+    assert _ssh("test -e /srv/models/tiny-llama-b || echo absent") == "absent"
+
+
+def test_blue_green_pivot_fails_no_request_and_has_no_downtime(pivot):
+    with _client() as client:
+        result = pivot("-e", "model=tiny-llama-b")
+    traffic = client.summary()
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert traffic["failed"] == 0 and traffic["requests"] >= 20, traffic
+    slot = _slot()
+    assert (slot["model"], slot["port"], slot["standby_port"]) == ("tiny-llama-b", B_PORT, A_PORT), slot
+    assert _ssh("systemctl is-active vllm-tiny-llama-a.service") != "active"
+    assert _served_through_gateway() == ("chat", 200)
+    record = json.loads((pivot.results / MACHINE / "pivots" / "tiny-llama-b-latest.json").read_text())
+    assert (record["strategy"], record["downtime_source"], record["downtime_s"]) == ("blue_green", "blue_green", 0.0)
+    again = pivot("-e", "model=tiny-llama-b")
+    assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-4000:]
+
+
+def test_rollback_during_load_fails_no_request(pivot):
+    b_pid, slot = _main_pid("tiny-llama-b"), _slot()
+    with _client() as client:
+        result = pivot("-e", "model=tiny-llama-a", "-e", "pivot_gate_min_output_tok_s=1e9")
+    traffic = client.summary()
+    assert result.returncode != 0 and "Blue/green pivot tiny-llama-b -> tiny-llama-a in slot default failed" in result.stdout, \
+        result.stdout[-6000:]
+    assert traffic["failed"] == 0 and traffic["requests"] >= 10, traffic
+    assert _main_pid("tiny-llama-b") == b_pid and _slot() == slot
+    assert _ssh("systemctl is-active vllm-tiny-llama-a.service") != "active"
+    assert _served_through_gateway() == ("chat", 200)
+
+
+def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_closed(pivot):
+    subprocess.run([HUB, "publish", HUB_PORT, "tiny-llama-b"], check=True, capture_output=True)
+    with _client() as client:
+        result = pivot("-e", "model=tiny-llama-b", "-e", "revision=main")
+    traffic = client.summary()
+    assert result.returncode == 0, result.stdout[-6000:]
+    record = json.loads((pivot.results / MACHINE / "pivots" / "tiny-llama-b-latest.json").read_text())
+    assert record["strategy"] == "stop_start" and record["downtime_s"] > 0, record
+    closed, opened = record["gateway_closed_at"], record["gateway_opened_at"]
+    failures = [r for r in client.requests if not r["ok"]]
+    assert failures, traffic  # the model did go away for a while
+    assert all(r["status"] == 503 and r.get("retry_after") == "5" for r in failures), failures[:5]
+    assert all(closed - 0.5 <= r["start"] and r["end"] <= opened + 0.5 for r in failures), (closed, opened, failures[:3])
+    assert any(r["ok"] and r["start"] > opened for r in client.requests)
+    assert _served_through_gateway() == ("chat", 200)
