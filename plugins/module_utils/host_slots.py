@@ -17,6 +17,8 @@ import json
 import os
 import re
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import MANIFEST_FILENAME
+
 DEFAULT_STATE_DIR = '/var/lib/llmfleet'
 STATE_FILE = 'slots.json'
 LEGACY_STATE_FILE = 'current.json'
@@ -26,7 +28,6 @@ FIRST_PORT = 8000
 SLOT_NAME_RE = re.compile(r'^[a-z][a-z0-9-]{0,31}$')
 COMMIT_RE = re.compile(r'^[0-9a-f]{40}$')
 ALIAS_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$')
-MANIFEST_RELPATH = os.path.join('.cache', 'llmfleet', 'manifest.json')
 # vLLM's default share of each GPU's memory (fit_check uses the same figure).
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 # nvidia-smi topo -m cells, cheapest path first: a bonded NVLink set, one PCIe switch, several switches, one host
@@ -226,6 +227,10 @@ def assign_port(slot, slots, catalog_port, requested=None, reserved=(), variable
             raise SlotError('%s=%d is already used by %s on this host; pick another port' % (variable, port, taken[port]))
         return port
     current = (slots.get(slot) or {}).get('port')
+    for port in reserved or ():
+        for name, record in sorted(slots.items()):
+            if int(port) in (record.get('port'), record.get('standby_port')):
+                raise SlotError('gateway_port %d is a port of slot %s; pick another gateway_port' % (int(port), name))
     if current and int(current) not in taken:
         return int(current)
     if catalog_port and int(catalog_port) not in taken:

@@ -257,7 +257,7 @@ def _write_atomic(path, text):
 
 
 def _manifest_commit(models_root, name):
-    text = _read(os.path.join(models_root, name, hs.MANIFEST_RELPATH))
+    text = _read(os.path.join(models_root, name, hs.MANIFEST_FILENAME))
     try:
         return json.loads(text).get('revision') if text else None
     except ValueError:
@@ -331,7 +331,6 @@ def _strategy(p, current, serving_same):
     if current.get('model') == p['model']:
         return 'stop_start', 'another revision of the same model (one unit per model)'
     return 'blue_green', ''
-
 
 
 def main():

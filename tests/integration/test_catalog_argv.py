@@ -55,6 +55,13 @@ def test_every_entry_and_profile_parses_with_the_real_vllm(vllm_server, machine_
     assert result["vllm_version"].startswith("0.")
     # The tool-call and reasoning parser names of the catalog exist in this vLLM too.
     assert "hermes" in result["tool_call_parsers"] and result["reasoning_parsers"]
+    # Accepted once by this installation: the same command lines are not parsed again; a changed one is.
+    assert result["cached"] is False
+    rc, again = check(machine_inventory, vllm_server.machine, commands, tmp_path)
+    assert rc == 0 and again["cached"] is True and again["commands_checked"] == result["commands_checked"]
+    first = sorted(commands)[0]
+    rc, changed = check(machine_inventory, vllm_server.machine, {first: commands[first] + ["--max-num-seqs", "7"]}, tmp_path)
+    assert rc == 0 and changed["cached"] is False
 
 
 def test_misspelt_flag_and_unknown_parser_are_named_with_the_vllm_version(vllm_server, machine_inventory, tmp_path):

@@ -111,10 +111,14 @@ def test_blue_green_pivot_fails_no_request_and_has_no_downtime(pivot):
     assert traffic["failed"] == 0 and traffic["requests"] >= 20, traffic
     slot = _slot()
     assert (slot["model"], slot["port"], slot["standby_port"]) == ("tiny-llama-b", B_PORT, A_PORT), slot
-    assert _ssh("systemctl is-active vllm-tiny-llama-a.service") != "active"
+    # b serves and starts at boot; a is stopped and does not; a's weights stay beside b's.
+    assert _ssh("systemctl is-active vllm-tiny-llama-a.service; systemctl is-enabled vllm-tiny-llama-a.service").split() != ["active", "enabled"]
+    assert _ssh("systemctl is-active vllm-tiny-llama-b.service; systemctl is-enabled vllm-tiny-llama-b.service").split() == ["active", "enabled"]
+    assert _ssh("ls /srv/models/tiny-llama-a/config.json /srv/models/tiny-llama-b/config.json").count("config.json") == 2
     assert _served_through_gateway() == ("chat", 200)
     record = json.loads((pivot.results / MACHINE / "pivots" / "tiny-llama-b-latest.json").read_text())
     assert (record["strategy"], record["downtime_source"], record["downtime_s"]) == ("blue_green", "blue_green", 0.0)
+    assert record["previous_model"] == "tiny-llama-a" and record["load_time_s"] > 0
     again = pivot("-e", "model=tiny-llama-b")
     assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-4000:]
 

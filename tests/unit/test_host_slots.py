@@ -185,6 +185,8 @@ def test_ports_stable_per_slot_catalog_then_next_free():
     assert hs.assign_port("c", slots, catalog_port=8001) == 8000  # taken: the lowest free from 8000
     assert hs.assign_port("c", dict(slots, d=_slot([], port=8000)), catalog_port=8001) == 8003
     assert hs.assign_port("c", slots, catalog_port=8009, reserved=[8009]) == 8000
+    with pytest.raises(hs.SlotError, match="gateway_port 8002 is a port of slot b; pick another gateway_port"):
+        hs.assign_port("b", slots, catalog_port=8009, reserved=[8002])
 
 
 def test_explicit_port_clash_names_the_variable_and_the_slot():
@@ -216,8 +218,9 @@ def _run_module(args, check=False, diff=False):
 
 
 def _write_manifest(root, name, commit):
-    os.makedirs(os.path.join(root, name, ".cache", "llmfleet"))
-    with open(os.path.join(root, name, ".cache", "llmfleet", "manifest.json"), "w") as handle:
+    """The manifest model_fetch writes (module_utils/model_manifest), with the commit its files came from."""
+    os.makedirs(os.path.join(root, name))
+    with open(os.path.join(root, name, hs.MANIFEST_FILENAME), "w") as handle:
         json.dump({"revision": commit, "files": []}, handle)
 
 

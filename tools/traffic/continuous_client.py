@@ -24,10 +24,11 @@ import openai
 
 class ContinuousClient:
     def __init__(self, base_url, model, api_key="none", workers=1, max_requests=20000, max_seconds=1800,
-                 max_tokens=4, timeout_s=60, prompt="The capital of France is"):
+                 max_tokens=4, timeout_s=60, prompt="The capital of France is", interval_s=0.5):
         self.base_url, self.model = base_url, model
         self.workers, self.max_requests, self.max_seconds = workers, max_requests, max_seconds
-        self.max_tokens, self.prompt = max_tokens, prompt
+        # A steady client, not a saturating one: each worker waits interval_s between requests.
+        self.max_tokens, self.prompt, self.interval_s = max_tokens, prompt, interval_s
         # No retries: every failure the server or the network gives is counted, not hidden by the client.
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s)
         self._stop = threading.Event()
@@ -79,8 +80,7 @@ class ContinuousClient:
         entry["end"] = time.time()
         with self._lock:
             self.requests.append(entry)
-        if not entry["ok"]:
-            time.sleep(0.2)  # a refused connection returns at once: do not spin
+        self._stop.wait(self.interval_s)
 
     def summary(self):
         with self._lock:
