@@ -94,6 +94,15 @@ def dump_state(slots):
     return json.dumps({'version': 1, 'slots': slots}, indent=2, sort_keys=True) + '\n'
 
 
+def manifest_commit(models_root, name):
+    """The commit the manifest of <models_root>/<name> (written by model_fetch) records; None without one."""
+    try:
+        with open(os.path.join(models_root, name, MANIFEST_FILENAME)) as handle:
+            return json.load(handle).get('revision')
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def model_dir_name(model, commit, commit_in_dir):
     """The directory (under the models root) that holds ``model`` at ``commit``.
 

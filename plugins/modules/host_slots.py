@@ -256,14 +256,6 @@ def _write_atomic(path, text):
     os.replace(tmp, path)
 
 
-def _manifest_commit(models_root, name):
-    text = _read(os.path.join(models_root, name, hs.MANIFEST_FILENAME))
-    try:
-        return json.loads(text).get('revision') if text else None
-    except ValueError:
-        return None
-
-
 def _unit_port(unit_dir, unit):
     match = PORT_ARG_RE.search(_read(os.path.join(unit_dir, unit)) or '')
     return int(match.group(1)) if match else None
@@ -275,7 +267,7 @@ def _completed(record, models_root, unit_dir):
     if record.get('model_dir') or not record.get('model'):
         return record
     return dict(record, model_dir=os.path.join(models_root, record['model']),
-                revision=record.get('revision') or _manifest_commit(models_root, record['model']),
+                revision=record.get('revision') or hs.manifest_commit(models_root, record['model']),
                 port=record.get('port') or _unit_port(unit_dir, record.get('unit') or hs.unit_name(record['model'])),
                 gpu_ids=record.get('gpu_ids') or [])
 
@@ -291,7 +283,7 @@ def _plan(module, slots, result):
         module.fail_json(msg='%srevision must be resolved to a 40-hex commit sha before planning, got %s'
                          % (prefix, json.dumps(revision)), **result)
     names = [p['model'], '%s--%s' % (p['model'], (revision or '')[:12])]
-    dir_name = hs.model_dir_name(p['model'], revision, {n: _manifest_commit(p['models_root'], n) for n in names})
+    dir_name = hs.model_dir_name(p['model'], revision, {n: hs.manifest_commit(p['models_root'], n) for n in names})
     current = slots.get(p['slot']) or {}
     model_dir = os.path.join(p['models_root'], dir_name)
     serving_same = (bool(current) and current.get('model') == p['model'] and current.get('revision') in (revision, None)

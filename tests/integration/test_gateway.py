@@ -23,7 +23,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tools", "traffic"))
-from continuous_client import ContinuousClient  # noqa: E402  pylint: disable=wrong-import-position
+from continuous_client import ContinuousClient, log_summary  # noqa: E402  pylint: disable=wrong-import-position
 
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
@@ -107,6 +107,7 @@ def test_blue_green_pivot_fails_no_request_and_has_no_downtime(pivot):
     with _client() as client:
         result = pivot("-e", "model=tiny-llama-b")
     traffic = client.summary()
+    log_summary(traffic)
     assert result.returncode == 0, result.stdout[-6000:]
     assert traffic["failed"] == 0 and traffic["requests"] >= 20, traffic
     slot = _slot()
@@ -128,6 +129,7 @@ def test_rollback_during_load_fails_no_request(pivot):
     with _client() as client:
         result = pivot("-e", "model=tiny-llama-a", "-e", "pivot_gate_min_output_tok_s=1e9")
     traffic = client.summary()
+    log_summary(traffic)
     assert result.returncode != 0 and "Blue/green pivot tiny-llama-b -> tiny-llama-a in slot default failed" in result.stdout, \
         result.stdout[-6000:]
     assert traffic["failed"] == 0 and traffic["requests"] >= 10, traffic
@@ -141,6 +143,7 @@ def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_
     with _client() as client:
         result = pivot("-e", "model=tiny-llama-b", "-e", "revision=main")
     traffic = client.summary()
+    log_summary(traffic)
     assert result.returncode == 0, result.stdout[-6000:]
     record = json.loads((pivot.results / MACHINE / "pivots" / "tiny-llama-b-latest.json").read_text())
     assert record["strategy"] == "stop_start" and record["downtime_s"] > 0, record

@@ -18,7 +18,7 @@ import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tools", "traffic"))
-from continuous_client import ContinuousClient  # noqa: E402  pylint: disable=wrong-import-position
+from continuous_client import ContinuousClient, log_summary  # noqa: E402  pylint: disable=wrong-import-position
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 MACHINE, SSH_PORT, HUB_PORT = "itest-pivot", "2232", "18092"
 HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
@@ -340,6 +340,7 @@ def test_slot_b_starts_beside_a_and_shm_cleanup_keeps_what_live_processes_hold(p
     with _client_on_a() as client:
         result = pivot("-e", "model=tiny-llama-b", "-e", "slot=b")
     traffic = client.summary()
+    log_summary(traffic)
     assert result.returncode == 0, result.stdout[-6000:]
     assert traffic["failed"] == 0 and traffic["requests"] >= 10, traffic
     _assert_a_untouched(a_pid)
@@ -395,6 +396,7 @@ def test_upstream_update_is_a_pivot_of_slot_b_to_a_new_directory(pivot):
     with _client_on_a() as client:
         result = pivot("-e", "model=tiny-llama-b", "-e", "slot=b", "-e", "revision=main")
     traffic = client.summary()
+    log_summary(traffic)
     assert result.returncode == 0, result.stdout[-6000:]
     assert traffic["failed"] == 0, traffic
     _assert_a_untouched(a_pid)
@@ -417,6 +419,7 @@ def test_failed_pivot_of_slot_b_rolls_back_its_revision_and_leaves_a_untouched(p
         result = pivot("-e", "model=tiny-llama-b", "-e", "slot=b", "-e", "revision=" + before["previous"]["revision"],
                        "-e", "pivot_gate_min_output_tok_s=1e9")
     traffic = client.summary()
+    log_summary(traffic)
     assert result.returncode != 0
     assert "Rolled back: tiny-llama-b@%s serves again in slot b on port %d" % (before["revision"][:12], B_PORT) in result.stdout, \
         result.stdout[-6000:]

@@ -94,6 +94,17 @@ class ContinuousClient:
                 "last_failure_at": max((r["end"] for r in failed), default=None)}
 
 
+def log_summary(summary, name=None, path=None):
+    """Append {name, summary} as a JSON line to tests/output/logs/traffic.jsonl (the figures a test asserted on);
+    the name defaults to the pytest test running."""
+    name = name or os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+    path = path or os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "tests", "output", "logs", "traffic.jsonl")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as handle:
+        handle.write(json.dumps({"name": name, **summary}) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:8000/v1")
