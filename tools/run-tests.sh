@@ -22,11 +22,12 @@ tools/testbed/vllm-image.sh >"$logs/vllm-image.log" 2>&1 || { tail -50 "$logs/vl
 
 step "integration and molecule, in parallel (logs: tests/output/logs/)"
 # Two streams of about equal length: the integration modules, and the molecule scenarios followed by the
-# fleet rollout module (the longest one; it has hosts and ports of its own).
-pytest -q tests/integration --ignore=tests/integration/test_rollout.py >"$logs/integration.log" 2>&1 &
+# gateway and fleet rollout modules (the longest ones; each has hosts and ports of its own).
+pytest -q tests/integration --ignore=tests/integration/test_rollout.py --ignore=tests/integration/test_gateway.py \
+  >"$logs/integration.log" 2>&1 &
 integration=$!
 { make -s molecule >"$logs/molecule.log" 2>&1; molecule_rc=$(($? != 0))
-  pytest -q tests/integration/test_rollout.py >"$logs/rollout.log" 2>&1; rollout_rc=$?
+  pytest -q tests/integration/test_gateway.py tests/integration/test_rollout.py >"$logs/rollout.log" 2>&1; rollout_rc=$?
   exit $((molecule_rc * 2 + (rollout_rc != 0))); } &
 second=$!
 wait $second; second_rc=$?
@@ -36,7 +37,7 @@ wait $integration; integration_rc=$?
 step "molecule (rc=$molecule_rc)"
 grep -E "➜ .*(Executed|ERROR)|^ERROR|CRITICAL|failed=[1-9]" "$logs/molecule.log" | tail -60
 ((molecule_rc == 0)) || tail -120 "$logs/molecule.log"
-step "integration: fleet rollout (rc=$rollout_rc)"
+step "integration: gateway and fleet rollout (rc=$rollout_rc)"
 if ((rollout_rc != 0)); then grep -E "^(FAILED|ERROR)" "$logs/rollout.log"; tail -150 "$logs/rollout.log"; fi
 tail -3 "$logs/rollout.log"
 step "integration (rc=$integration_rc)"
