@@ -21,26 +21,45 @@ tools/testbed/testbed.sh build || exit 1
 tools/testbed/vllm-image.sh >"$logs/vllm-image.log" 2>&1 || { tail -50 "$logs/vllm-image.log"; exit 1; }
 
 step "integration and molecule, in parallel (logs: tests/output/logs/)"
+# Each stream stops itself in time to print what it did (CI stops the whole job at 90 min): pytest
+# gets SIGINT first, so its summary and --durations still reach the log.
+stream_limit_s=${LLMFLEET_STREAM_LIMIT_S:-4200}
+bounded() { timeout --signal=INT --kill-after=120 "$stream_limit_s" "$@"; }
+# What memory and vLLM servers looked like over the run: test hosts share the box's 24 GB, and an
+# OOM-killed server reads like a server that never starts.
+oom_kills() { awk '$1 == "oom_kill" {print $2}' /proc/vmstat; }
+oom_before=$(oom_kills)
+( while sleep 15; do
+    printf '%s avail_mb=%s vllm_workers=%s load=%s\n' "$(stamp)" "$(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo)" \
+      "$(pgrep -c -f 'VLLM::Worker' || true)" "$(cut -d' ' -f1 /proc/loadavg)"
+  done >"$logs/resources.log" ) &
+sampler=$!
+trap 'kill $sampler 2>/dev/null' EXIT
+pytest_opts=(-v --durations=40)
 # Two streams of about equal length: the integration modules, and the molecule scenarios followed by the
 # gateway and fleet rollout modules (the longest ones; each has hosts and ports of its own).
-pytest -q tests/integration --ignore=tests/integration/test_rollout.py --ignore=tests/integration/test_gateway.py \
+bounded pytest "${pytest_opts[@]}" tests/integration --ignore=tests/integration/test_rollout.py --ignore=tests/integration/test_gateway.py \
   >"$logs/integration.log" 2>&1 &
 integration=$!
-{ make -s molecule >"$logs/molecule.log" 2>&1; molecule_rc=$(($? != 0))
-  pytest -q tests/integration/test_gateway.py tests/integration/test_rollout.py >"$logs/rollout.log" 2>&1; rollout_rc=$?
+{ bounded make -s molecule >"$logs/molecule.log" 2>&1; molecule_rc=$(($? != 0))
+  bounded pytest "${pytest_opts[@]}" tests/integration/test_gateway.py tests/integration/test_rollout.py >"$logs/rollout.log" 2>&1; rollout_rc=$?
   exit $((molecule_rc * 2 + (rollout_rc != 0))); } &
 second=$!
 wait $second; second_rc=$?
 molecule_rc=$((second_rc / 2)); rollout_rc=$((second_rc % 2))
 wait $integration; integration_rc=$?
 
+step "resources: least memory available, most vLLM servers at once, OOM kills during the run"
+sort -t= -k2 -n "$logs/resources.log" | head -1
+sort -t= -k3 -n "$logs/resources.log" | tail -1
+echo "oom_kill: $(($(oom_kills) - oom_before))"
 step "molecule (rc=$molecule_rc)"
-grep -E "➜ .*(Executed|ERROR)|^ERROR|CRITICAL|failed=[1-9]" "$logs/molecule.log" | tail -60
+grep -E "^=== molecule scenario|➜ .*(Executed|ERROR)|^ERROR|CRITICAL|failed=[1-9]" "$logs/molecule.log" | tail -60
 ((molecule_rc == 0)) || tail -120 "$logs/molecule.log"
 step "integration: gateway and fleet rollout (rc=$rollout_rc)"
 if ((rollout_rc != 0)); then grep -E "^(FAILED|ERROR)" "$logs/rollout.log"; tail -150 "$logs/rollout.log"; fi
-tail -3 "$logs/rollout.log"
+sed -n '/slowest .* durations/,$p' "$logs/rollout.log" | head -30
 step "integration (rc=$integration_rc)"
 if ((integration_rc != 0)); then grep -E "^(FAILED|ERROR)" "$logs/integration.log"; tail -150 "$logs/integration.log"; fi
-tail -5 "$logs/integration.log"
+sed -n '/slowest .* durations/,$p' "$logs/integration.log" | head -45
 ((molecule_rc == 0 && rollout_rc == 0 && integration_rc == 0))

@@ -89,6 +89,7 @@ SERVING = {
     'decode_context_parallel_size': POS_INT,
     'enable_expert_parallel': BOOL,
     'gpu_memory_utilization': FRACTION,
+    'kv_cache_memory_bytes': POS_INT,
     'max_model_len': POS_INT,
     'max_num_seqs': POS_INT,
     'max_num_batched_tokens': POS_INT,

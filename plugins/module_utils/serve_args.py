@@ -17,6 +17,7 @@ SERVE_OPTIONS = (
     ('decode_context_parallel_size', 'value'),
     ('enable_expert_parallel', 'flag'),
     ('gpu_memory_utilization', 'value'),
+    ('kv_cache_memory_bytes', 'value'),
     ('max_model_len', 'value'),
     ('max_num_seqs', 'value'),
     ('max_num_batched_tokens', 'value'),

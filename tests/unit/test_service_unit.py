@@ -111,7 +111,9 @@ def test_environment_files_carry_gpu_assignment_and_seed_nccl_settings(rendered)
     assert 'CUDA_VISIBLE_DEVICES="0,1,2,3"\nNCCL_P2P_LEVEL="SYS"\nNCCL_PROTO="LL"\n' in minimax
     assert 'CUDA_VISIBLE_DEVICES="0,1,2,3,4,5,6,7"' in (env_dir / 'vllm-kimi-k25-int4.env').read_text()
     tiny = (env_dir / 'vllm-tiny-llama-a.env').read_text()
-    assert 'VLLM_CPU_KVCACHE_SPACE="1"' in tiny and 'CUDA_VISIBLE_DEVICES' not in tiny
+    assert 'CUDA_VISIBLE_DEVICES' not in tiny
+    tiny_unit = (rendered['root'] / 'etc/systemd/system/vllm-tiny-llama-a.service').read_text()
+    assert '--kv-cache-memory-bytes 67108864' in tiny_unit
 
 
 def test_shm_cleanup_removes_only_unheld_stale_segments(rendered, tmp_path):
