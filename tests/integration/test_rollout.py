@@ -12,6 +12,11 @@ ports (per-host `llmfleet_models_extra` overrides of `port`). The tests run in o
 6. back to tiny-llama-a without canary, batches of 2, rollout_max_fail_percentage=50 and r2 refused by its
    preflight: the first batch is within the budget, so the second (r3) still pivots
 
+A fourth test host, fleet-gw, is the fleet gateway (group llmfleet_gateways: Debian's HAProxy in front of the three
+hosts' slot ports). Every host serves the alias `chat` first; during rollouts 3 and 4 an `openai` client sends
+requests with it to the fleet gateway the whole time, and no request may fail: each host is drained there before its
+pivot and put back after its gate or its rollback.
+
 Every vLLM start takes 1.5-4 minutes on the CPU engine, so the module takes 20-40 minutes.
 """
 from __future__ import annotations
@@ -19,13 +24,17 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
+import sys
 import time
 import urllib.request
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tools", "traffic"))
+from continuous_client import ContinuousClient, log_summary  # noqa: E402  pylint: disable=wrong-import-position
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
 HUB_PORT = "18095"
@@ -35,6 +44,7 @@ HOSTS = {
     "fleet-r2": ("2272", {"tiny-llama-a": 8121, "tiny-llama-b": 8122}),
     "fleet-r3": ("2273", {"tiny-llama-a": 8131, "tiny-llama-b": 8132}),
 }
+GATEWAY, GATEWAY_SSH_PORT, GATEWAY_PORT, ALIAS = "fleet-gw", "2276", 8190, "chat"
 TIMINGS: dict[str, float] = {}
 
 
@@ -71,7 +81,7 @@ def _healthy(host: str, model: str) -> bool:
     assert slot.get("port") == HOSTS[host][1]["tiny-llama-a"], slot
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{slot['port']}/v1/models", timeout=5) as resp:
-            return resp.status == 200 and json.load(resp)["data"][0]["id"] == model
+            return resp.status == 200 and [card["id"] for card in json.load(resp)["data"]] == [ALIAS, model]
     except OSError:
         return False
 
@@ -83,13 +93,15 @@ def _write_inventory(inv, results, faulty: str | None = None, fault: str = "gate
         extra = {m: {"port": p, "serving": {"enforce_eager": True}} for m, p in ports.items()}
         lines += [f"    {host}:", f"      ansible_port: {ssh_port}", f"      llmfleet_models_extra: {json.dumps(extra)}",
                   f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}", "      pivot_benchmark: false",
-                  f"      pivot_controller_results_dir: {results}"]
+                  f"      pivot_controller_results_dir: {results}", f"      pivot_alias: {ALIAS}"]
         if host == faulty and fault == "gate":
             # The pivot gate can never pass: the pivot role rolls this host back.
             lines.append("      pivot_gate_min_output_tok_s: 1.0e9")
         elif host == faulty:
             # The preflight refuses (no such unit to take over): the host fails before anything stops.
             lines.append("      pivot_adopt_unit: vllm-not-here.service")
+    lines += ["  children:", "    llmfleet_gateways:", "      hosts:", f"        {GATEWAY}:",
+              f"          ansible_port: {GATEWAY_SSH_PORT}", f"          gateway_port: {GATEWAY_PORT}"]
     (inv / "hosts.yml").write_text("\n".join(lines) + "\n")
 
 
@@ -127,16 +139,31 @@ def fleet(tmp_path_factory, image):
     try:
         for host, (ssh_port, _port) in HOSTS.items():
             subprocess.run([TESTBED, "up", host, ssh_port, image], check=True, capture_output=True)
+        subprocess.run([TESTBED, "up", GATEWAY, GATEWAY_SSH_PORT], check=True, capture_output=True)
         yield Fleet()
     finally:
         print(f"\nrollout timings (s): {TIMINGS}; logs and reports under {results}")
-        for host in HOSTS:
+        for host in [*HOSTS, GATEWAY]:
             subprocess.run([TESTBED, "down", host], check=False, capture_output=True)
         subprocess.run([HUB, "stop", HUB_PORT], check=False)
 
 
 def _tail(result: subprocess.CompletedProcess) -> str:
     return (result.stdout + result.stderr)[-6000:]
+
+
+def _fleet_client() -> ContinuousClient:
+    """Requests to the fleet gateway with the alias every host serves, paced so that the CPU stays with the pivots."""
+    return ContinuousClient(f"http://127.0.0.1:{GATEWAY_PORT}/v1", ALIAS, interval_s=1.0, max_seconds=2400)
+
+
+def _drained_before_stopped(out: str, host: str) -> bool:
+    """The rollout drained `host` at the fleet gateway (a task delegated there) before the pivot stopped its model,
+    and set it there again after."""
+    at_gateway = [m.start() for m in re.finditer(r"^(ok|changed): \[%s -> %s" % (re.escape(host), GATEWAY), out, re.M)]
+    stops = [m.end() for m in re.finditer(r"^TASK \[llmfleet\.vllm\.pivot : Stop the previous model's service\].*\n(?:(?!TASK \[).*\n)*?"
+                                          r"changed: \[%s\]" % re.escape(host), out, re.M)]
+    return len(stops) == 1 and len(at_gateway) >= 2 and at_gateway[0] < stops[0] < at_gateway[-1]
 
 
 def test_1_first_rollout_from_nothing(fleet):
@@ -156,11 +183,17 @@ def test_3_failed_second_batch_stops_the_rollout(fleet):
     r3_pid = _main_pid("fleet-r3", "tiny-llama-a")
     fleet.set_fault("fleet-r2")
     try:
-        result = fleet.rollout("3-a-to-b-fault", "-e", "model=tiny-llama-b", "-e", "rollout_batch_size=1",
-                               "-e", "rollout_min_tok_s_ratio=0.05")
+        with _fleet_client() as client:
+            result = fleet.rollout("3-a-to-b-fault", "-e", "model=tiny-llama-b", "-e", "rollout_batch_size=1",
+                                   "-e", "rollout_min_tok_s_ratio=0.05")
     finally:
         fleet.set_fault(None)
+    traffic = client.summary()
+    log_summary(traffic)
     assert result.returncode != 0, _tail(result)
+    # Clients of the fleet gateway never noticed: the canary and the failing host were drained before their pivots.
+    assert traffic["failed"] == 0 and traffic["requests"] >= 20, traffic
+    assert _drained_before_stopped(result.stdout, "fleet-r1") and _drained_before_stopped(result.stdout, "fleet-r2"), _tail(result)
     # The canary was gated on tiny-llama-a's recorded throughput on the same host, and keeps the new model.
     assert '"previous_tok_s": ' in result.stdout, _tail(result)
     assert _serving("fleet-r1") == "tiny-llama-b" and _healthy("fleet-r1", "tiny-llama-b")
@@ -183,9 +216,15 @@ def test_3_failed_second_batch_stops_the_rollout(fleet):
 
 def test_4_rerun_continues_where_it_stopped(fleet):
     r1_pid = _main_pid("fleet-r1", "tiny-llama-b")
-    result = fleet.rollout("4-a-to-b-rerun", "-e", "model=tiny-llama-b", "-e", "rollout_batch_size=2",
-                           "-e", "rollout_min_tok_s_ratio=0.05")
+    with _fleet_client() as client:
+        result = fleet.rollout("4-a-to-b-rerun", "-e", "model=tiny-llama-b", "-e", "rollout_batch_size=2",
+                               "-e", "rollout_min_tok_s_ratio=0.05")
+    traffic = client.summary()
+    log_summary(traffic)
     assert result.returncode == 0, _tail(result)
+    # Both hosts of the batch were out of the fleet gateway at once; fleet-r1 took every request, none failed.
+    assert traffic["failed"] == 0 and traffic["requests"] >= 20, traffic
+    assert _drained_before_stopped(result.stdout, "fleet-r2") and _drained_before_stopped(result.stdout, "fleet-r3"), _tail(result)
     for host in HOSTS:
         assert _serving(host) == "tiny-llama-b" and _healthy(host, "tiny-llama-b"), host
         assert _is_active(host, "tiny-llama-a") != "active", host
