@@ -2,7 +2,7 @@
 """Client requests during pivots and rollouts, behind the gateway and without it, on real systemd test hosts
 with vLLM's CPU engine and Debian's HAProxy.
 
-    .venv/bin/python bench/traffic.py [--parts host fleet] [--keep]
+    .venv/bin/python bench/traffic.py [--parts host fleet]
 
 An `openai` client (tools/traffic/continuous_client.py: one request at a time, 4 tokens, every 0.5 s) sends the
 alias `chat` the whole time, and every failed request is counted. Side by side in one run:

@@ -158,12 +158,13 @@ def _fleet_client() -> ContinuousClient:
 
 
 def _drained_before_stopped(out: str, host: str) -> bool:
-    """The rollout drained `host` at the fleet gateway (a task delegated there) before the pivot stopped its model,
-    and set it there again after."""
-    at_gateway = [m.start() for m in re.finditer(r"^(ok|changed): \[%s -> %s" % (re.escape(host), GATEWAY), out, re.M)]
-    stops = [m.end() for m in re.finditer(r"^TASK \[llmfleet\.vllm\.pivot : Stop the previous model's service\].*\n(?:(?!TASK \[).*\n)*?"
-                                          r"changed: \[%s\]" % re.escape(host), out, re.M)]
-    return len(stops) == 1 and len(at_gateway) >= 2 and at_gateway[0] < stops[0] < at_gateway[-1]
+    """The rollout set `host`'s server at the fleet gateway (HAProxy's runtime API, a task delegated there) before the
+    pivot stopped its model - the drain - and again after - the enable."""
+    def after(banner: str, result: str) -> list[int]:
+        return [m.end() for m in re.finditer(r"^TASK \[%s.*\n(?:(?!TASK \[).*\n)*?%s" % (banner, result), out, re.M)]
+    at_gateway = after(r"llmfleet\.vllm\.gateway : Set a server's state at the gateway", r"changed: \[%s -> %s" % (host, GATEWAY))
+    stops = after(r"llmfleet\.vllm\.pivot : Stop the previous model's service\]", r"changed: \[%s\]" % host)
+    return len(stops) == 1 and len(at_gateway) == 2 and at_gateway[0] < stops[0] < at_gateway[1]
 
 
 def test_1_first_rollout_from_nothing(fleet):
