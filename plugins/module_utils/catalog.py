@@ -74,6 +74,7 @@ QUANT_METHODS = ('none', 'fp8', 'nvfp4', 'compressed-tensors', 'gguf', 'awq', 'g
 KV_CACHE_DTYPES = ('auto', 'bfloat16', 'fp8', 'fp8_e4m3', 'fp8_e5m2')
 MM_ENCODER_TP_MODES = ('weights', 'data')
 CHAT_TEMPLATE_CONTENT_FORMATS = ('auto', 'string', 'openai')
+EXECUTOR_BACKENDS = ('mp', 'uni', 'ray', 'external_launcher')
 DTYPES = ('auto', 'half', 'float16', 'bfloat16', 'float', 'float32')
 PATCH_TARGETS = ('vllm', 'model')
 
@@ -86,6 +87,7 @@ SERVING = {
     'tensor_parallel_size': POS_INT,
     'pipeline_parallel_size': POS_INT,
     'data_parallel_size': POS_INT,
+    'distributed_executor_backend': EXECUTOR_BACKENDS,
     'decode_context_parallel_size': POS_INT,
     'enable_expert_parallel': BOOL,
     'gpu_memory_utilization': FRACTION,

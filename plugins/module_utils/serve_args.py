@@ -14,6 +14,7 @@ SERVE_OPTIONS = (
     ('tensor_parallel_size', 'value'),
     ('pipeline_parallel_size', 'value'),
     ('data_parallel_size', 'value'),
+    ('distributed_executor_backend', 'value'),
     ('decode_context_parallel_size', 'value'),
     ('enable_expert_parallel', 'flag'),
     ('gpu_memory_utilization', 'value'),

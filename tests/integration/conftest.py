@@ -133,9 +133,9 @@ def vllm_server(vllm_image: str, tiny_models: str):
         shutil.copytree(os.path.join(tiny_models, model), dest)
         _run(TESTBED, "ssh", machine,
              f"chown -R vllm:vllm /srv/models && systemd-run --unit=itest-vllm --uid=vllm "
-             f"--setenv=HOME=/var/lib/vllm "
+             f"--setenv=HOME=/var/lib/vllm --setenv=VLLM_ENABLE_V1_MULTIPROCESSING=0 "
              f"/opt/vllm/bin/vllm serve /srv/models/{model} --served-model-name {model} "
-             f"--host 127.0.0.1 --port {http_port} --max-model-len 256 --enforce-eager --kv-cache-memory-bytes 64M")
+             f"--host 127.0.0.1 --port {http_port} --max-model-len 256 --enforce-eager --kv-cache-memory-bytes 64M --distributed-executor-backend uni")
         server = VllmServer(f"http://127.0.0.1:{http_port}", model, machine)
         try:
             _wait_healthy(server.base_url, VLLM_READY_TIMEOUT_S)

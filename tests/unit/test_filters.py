@@ -57,10 +57,10 @@ SERVE_LINES = [
                         ' --speculative-config "{\\"method\\":\\"mtp\\",\\"num_speculative_tokens\\":3}" --tool-call-parser glm47'
                         ' --enable-auto-tool-choice --reasoning-parser glm45 --chat-template-content-format string'),
     ('glm5-nvfp4', None, '--served-model-name glm5-nvfp4 --tensor-parallel-size 8 --kv-cache-dtype fp8 ' + GLM_AGENT),
-    ('tiny-llama-a', None, '--served-model-name tiny-llama-a --tensor-parallel-size 1 --kv-cache-memory-bytes 67108864 --max-model-len 256 --enforce-eager'),
-    ('tiny-llama-a', 'tools', '--served-model-name tiny-llama-a --tensor-parallel-size 1 --kv-cache-memory-bytes 67108864 --max-model-len 256 --enforce-eager'
+    ('tiny-llama-a', None, '--served-model-name tiny-llama-a --tensor-parallel-size 1 --distributed-executor-backend uni --kv-cache-memory-bytes 67108864 --max-model-len 256 --enforce-eager'),
+    ('tiny-llama-a', 'tools', '--served-model-name tiny-llama-a --tensor-parallel-size 1 --distributed-executor-backend uni --kv-cache-memory-bytes 67108864 --max-model-len 256 --enforce-eager'
                               ' --tool-call-parser hermes --enable-auto-tool-choice'),
-    ('tiny-llama-b', 'tools', '--served-model-name tiny-llama-b --tensor-parallel-size 1 --kv-cache-memory-bytes 67108864 --max-model-len 256 --enforce-eager'
+    ('tiny-llama-b', 'tools', '--served-model-name tiny-llama-b --tensor-parallel-size 1 --distributed-executor-backend uni --kv-cache-memory-bytes 67108864 --max-model-len 256 --enforce-eager'
                               ' --tool-call-parser hermes --enable-auto-tool-choice'),
 ]
 
@@ -89,11 +89,11 @@ def test_every_option_in_stable_order_with_extra_args_last():
         'trust_remote_code': False, 'hf_config_path': 'cfg', 'tokenizer': 'tok', 'dtype': 'bfloat16',
         'kv_cache_dtype': 'fp8', 'max_num_batched_tokens': 8192, 'max_num_seqs': 64, 'max_model_len': 131072,
         'gpu_memory_utilization': 0.92, 'kv_cache_memory_bytes': 2**33, 'enable_expert_parallel': True, 'data_parallel_size': 2,
-        'pipeline_parallel_size': 1, 'tensor_parallel_size': 4, 'served_model_name': ['a', 'b'], 'environment': {'X': 1},
+        'pipeline_parallel_size': 1, 'distributed_executor_backend': 'mp', 'tensor_parallel_size': 4, 'served_model_name': ['a', 'b'], 'environment': {'X': 1},
     }
     assert args_filter.vllm_serve_args(serving) == [
         '--served-model-name', 'a', 'b', '--tensor-parallel-size', '4', '--pipeline-parallel-size', '1',
-        '--data-parallel-size', '2', '--decode-context-parallel-size', '2', '--enable-expert-parallel',
+        '--data-parallel-size', '2', '--distributed-executor-backend', 'mp', '--decode-context-parallel-size', '2', '--enable-expert-parallel',
         '--gpu-memory-utilization', '0.92', '--kv-cache-memory-bytes', '8589934592',
         '--max-model-len', '131072', '--max-num-seqs', '64', '--max-num-batched-tokens', '8192',
         '--kv-cache-dtype', 'fp8', '--dtype', 'bfloat16', '--tokenizer', 'tok', '--hf-config-path', 'cfg',

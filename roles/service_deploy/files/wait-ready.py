@@ -22,11 +22,11 @@ def main_start_monotonic(unit):
 
 
 def unit_state(unit):
-    """(ActiveState, NRestarts) of the unit."""
-    out = subprocess.run(["systemctl", "show", "--property=ActiveState,NRestarts", unit],
+    """(ActiveState, SubState, NRestarts) of the unit."""
+    out = subprocess.run(["systemctl", "show", "--property=ActiveState,SubState,NRestarts", unit],
                          capture_output=True, text=True, check=False).stdout
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    return props.get("ActiveState", ""), int(props.get("NRestarts") or 0)
+    return props.get("ActiveState", ""), props.get("SubState", ""), int(props.get("NRestarts") or 0)
 
 
 def healthy(url):
@@ -39,7 +39,7 @@ def healthy(url):
 
 def main():
     unit, url, timeout_s, interval_s = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-    restarts_at_start = unit_state(unit)[1]
+    restarts_at_start = unit_state(unit)[2]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if healthy(url):
@@ -48,9 +48,10 @@ def main():
             print(json.dumps({"time_to_ready_s": round(ready_monotonic - started, 2) if started else None,
                               "ready_monotonic_s": round(ready_monotonic, 3), "ready_at": round(ready_at, 3)}))
             return 0
-        state, restarts = unit_state(unit)
-        if state == "failed" or restarts > restarts_at_start:
-            print("%s crashed during start-up (ActiveState=%s, NRestarts=%s)" % (unit, state, restarts))
+        state, substate, restarts = unit_state(unit)
+        # auto-restart: the main process exited and systemd waits RestartSec before the next try.
+        if state == "failed" or substate == "auto-restart" or restarts > restarts_at_start:
+            print("%s crashed during start-up (ActiveState=%s, SubState=%s, NRestarts=%s)" % (unit, state, substate, restarts))
             return 3
         time.sleep(interval_s)
     print("%s did not answer %s within %.0f s" % (unit, url, timeout_s))
