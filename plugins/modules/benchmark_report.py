@@ -77,10 +77,10 @@ requirements:
 EXAMPLES = r"""
 - name: Compare the newly pivoted model with the one it replaced
   llmfleet.vllm.benchmark_report:
-    current: "{{ playbook_dir }}/../results/gpu1/kimi-k25-int4/20261202T150000Z.json"
+    current: "{{ lookup('llmfleet.vllm.results_dir') }}/gpu1/kimi-k25-int4/20261202T150000Z.json"
     compare_to: minimax-m25
-    results_dir: "{{ playbook_dir }}/../results"
-    dest_dir: "{{ playbook_dir }}/../results/reports/gpu1"
+    results_dir: "{{ lookup('llmfleet.vllm.results_dir') }}"
+    dest_dir: "{{ lookup('llmfleet.vllm.results_dir') }}/reports/gpu1"
   delegate_to: localhost
 """
 

@@ -1,8 +1,9 @@
 """Pivot fault cases on a real systemd test host with vLLM's CPU engine.
 
-One machine serves tiny-llama-a (pivoted to for real in the fixture); each test then tries a
-pivot that must fail, and asserts nothing was lost: tiny-llama-a keeps serving (same main PID
-where nothing should have been restarted), no weights were deleted.
+One machine serves tiny-llama-a (pivoted to for real in the fixture, the way a user of the installed collection does:
+`ansible-playbook llmfleet.vllm.pivot` from a project of their own with the tarball installed there); each test then
+tries a pivot that must fail, and asserts nothing was lost: tiny-llama-a keeps serving (same main PID where nothing
+should have been restarted), no weights were deleted.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import yaml
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tools", "traffic"))
 from continuous_client import ContinuousClient, log_summary  # noqa: E402  pylint: disable=wrong-import-position
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from installed_project import make_project  # noqa: E402  pylint: disable=wrong-import-position
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 MACHINE, SSH_PORT, HUB_PORT = "itest-pivot", "2232", "18092"
 HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
@@ -57,21 +60,29 @@ def _set_hub_faults(plan: dict) -> None:
 
 @pytest.fixture(scope="module")
 def pivot(tmp_path_factory, vllm_image, pivot_playbook):
+    hosts = (f"all:\n  hosts:\n    {MACHINE}:\n      ansible_port: {SSH_PORT}\n"
+             f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}\n      pivot_benchmark: false\n"
+             f"      llmfleet_models_extra: {json.dumps(PORTS)}\n")
     inv = tmp_path_factory.mktemp("pivot-inventory")
-    (inv / "hosts.yml").write_text(
-        f"all:\n  hosts:\n    {MACHINE}:\n      ansible_port: {SSH_PORT}\n"
-        f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}\n      pivot_benchmark: false\n"
-        f"      llmfleet_models_extra: {json.dumps(PORTS)}\n")
+    (inv / "hosts.yml").write_text(hosts)
     os.symlink(os.path.join(REPO, "inventory", "testbed", "group_vars"), inv / "group_vars")
+    project = make_project(tmp_path_factory.mktemp("user-project"), hosts)
+    os.symlink(os.path.join(REPO, "inventory", "testbed", "group_vars"), project.path / "inventory" / "group_vars")
+    installed_files = sorted(str(p) for p in project.collection.rglob("*"))
 
     run = pivot_playbook(inv)
 
     subprocess.run([HUB, "start", HUB_PORT], check=True)
     subprocess.run([TESTBED, "up", MACHINE, SSH_PORT, vllm_image], check=True, capture_output=True)
     try:
-        first = run("-e", "model=tiny-llama-a")
+        first = subprocess.run(["ansible-playbook", "llmfleet.vllm.pivot", "-e", "model=tiny-llama-a"], cwd=project.path,
+                               env=project.env, capture_output=True, text=True, check=False)
         assert first.returncode == 0, first.stdout[-4000:]
         assert _healthy(A_URL)
+        # The record landed in the user's project; nothing was written inside the installed collection.
+        record = json.loads((project.path / "results" / MACHINE / "pivots" / "tiny-llama-a-latest.json").read_text())
+        assert record["model"] == "tiny-llama-a"
+        assert sorted(str(p) for p in project.collection.rglob("*")) == installed_files
         yield run
     finally:
         subprocess.run([TESTBED, "down", MACHINE], check=False, capture_output=True)
