@@ -4,7 +4,8 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: results_dir
-author: llmfleet maintainers
+author:
+  - llmfleet maintainers (@llmfleet)
 short_description: The controller folder for pivot records, benchmark results, reports and rollout locks
 description:
   - Returns C(llmfleet_results_dir) when it is set (a relative path is taken from the current directory).
