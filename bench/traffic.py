@@ -84,23 +84,23 @@ def run_host_part(work: str, image: str) -> list[dict]:
     tb.machine_up(HOST, HOST_SSH, image)
     try:
         tb.run_playbook(inventory, pivot_yml, "-e", "model=tiny-llama-a", log=os.path.join(work, "host-0.log"))
-        summary, requests, _ = measured(direct_url, lambda: tb.run_playbook(
+        summary, requests, _result = measured(direct_url, lambda: tb.run_playbook(
             inventory, pivot_yml, "-e", "model=tiny-llama-b", log=os.path.join(work, "host-peer.log")))
         rows.append(row("host", "pivot a -> b, stop then start", "vLLM port (peer)", summary, requests,
                         pivot_record(results, HOST, "tiny-llama-b")))
         # The slot moves behind the gateway (vLLM rebinds to loopback): not measured.
         tb.run_playbook(inventory, pivot_yml, "-e", "model=tiny-llama-b", *gateway, log=os.path.join(work, "host-gw.log"))
-        summary, requests, _ = measured(gateway_url, lambda: tb.run_playbook(
+        summary, requests, _result = measured(gateway_url, lambda: tb.run_playbook(
             inventory, pivot_yml, "-e", "model=tiny-llama-a", *gateway, log=os.path.join(work, "host-bg.log")))
         rows.append(row("host", "(b) pivot b -> a, blue/green", "gateway", summary, requests,
                         pivot_record(results, HOST, "tiny-llama-a")))
-        summary, requests, _ = measured(gateway_url, lambda: subprocess.run(
+        summary, requests, _result = measured(gateway_url, lambda: subprocess.run(
             [tb.ANSIBLE_PLAYBOOK, "-i", inventory, pivot_yml, "-e", "model=tiny-llama-b", *gateway,
              "-e", "pivot_gate_min_output_tok_s=1e9"], capture_output=True, text=True, cwd=tb.REPO, check=False,
             env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(tb.REPO, "ansible.cfg"))))
         rows.append(row("host", "(d) pivot a -> b failing its gate: rollback", "gateway", summary, requests))
         subprocess.run([tb.HUB, "publish", str(HUB_PORT), "tiny-llama-a"], check=True, capture_output=True)
-        summary, requests, _ = measured(gateway_url, lambda: tb.run_playbook(
+        summary, requests, _result = measured(gateway_url, lambda: tb.run_playbook(
             inventory, pivot_yml, "-e", "model=tiny-llama-a", "-e", "revision=main", *gateway,
             log=os.path.join(work, "host-stop-start.log")))
         rows.append(row("host", "(c) a -> a at a new commit, stop then start", "gateway", summary, requests,
@@ -128,10 +128,10 @@ def run_fleet_part(work: str, image: str) -> list[dict]:
     try:
         common = ("-e", "rollout_batch_size=1", "-e", f"rollout_hosts={hosts}")
         tb.run_playbook(inventory, rollout_yml, "-e", "model=tiny-llama-a", *common, log=os.path.join(work, "fleet-0.log"))
-        summary, requests, _ = measured(f"http://127.0.0.1:{first_host}", lambda: tb.run_playbook(
+        summary, requests, _result = measured(f"http://127.0.0.1:{first_host}", lambda: tb.run_playbook(
             inventory, rollout_yml, "-e", "model=tiny-llama-b", *common, log=os.path.join(work, "fleet-peer.log")))
         rows.append(row("fleet", "rollout a -> b over 3 hosts", "first host's port (peer)", summary, requests))
-        summary, requests, _ = measured(f"http://127.0.0.1:{FLEET_GATEWAY_PORT}", lambda: tb.run_playbook(
+        summary, requests, _result = measured(f"http://127.0.0.1:{FLEET_GATEWAY_PORT}", lambda: tb.run_playbook(
             inventory, rollout_yml, "-e", "model=tiny-llama-a", *common, "-e", "rollout_gateway_group=bench_fleet_gateways",
             log=os.path.join(work, "fleet-gw.log")))
         rows.append(row("fleet", "(a) rollout b -> a over 3 hosts", "fleet gateway", summary, requests))

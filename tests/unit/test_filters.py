@@ -31,6 +31,8 @@ GLM_AGENT = ('--trust-remote-code --tool-call-parser glm47 --enable-auto-tool-ch
              ' --chat-template-content-format string')
 
 
+TINY = ('--served-model-name tiny-llama-a --tensor-parallel-size 1 --distributed-executor-backend uni'
+        ' --kv-cache-memory-bytes 67108864 --max-model-len 256 --enforce-eager')
 # Every catalog entry and profile (the test below checks none is missing), as ExecStart= shows it.
 SERVE_LINES = [
     ('kimi-k25-int4', None, '--served-model-name kimi-k25-int4 --tensor-parallel-size 8 --gpu-memory-utilization 0.93'
@@ -57,11 +59,9 @@ SERVE_LINES = [
                         ' --speculative-config "{\\"method\\":\\"mtp\\",\\"num_speculative_tokens\\":3}" --tool-call-parser glm47'
                         ' --enable-auto-tool-choice --reasoning-parser glm45 --chat-template-content-format string'),
     ('glm5-nvfp4', None, '--served-model-name glm5-nvfp4 --tensor-parallel-size 8 --kv-cache-dtype fp8 ' + GLM_AGENT),
-    ('tiny-llama-a', None, '--served-model-name tiny-llama-a --tensor-parallel-size 1 --distributed-executor-backend uni --kv-cache-memory-bytes 67108864 --max-model-len 256 --enforce-eager'),
-    ('tiny-llama-a', 'tools', '--served-model-name tiny-llama-a --tensor-parallel-size 1 --distributed-executor-backend uni --kv-cache-memory-bytes 67108864 --max-model-len 256 --enforce-eager'
-                              ' --tool-call-parser hermes --enable-auto-tool-choice'),
-    ('tiny-llama-b', 'tools', '--served-model-name tiny-llama-b --tensor-parallel-size 1 --distributed-executor-backend uni --kv-cache-memory-bytes 67108864 --max-model-len 256 --enforce-eager'
-                              ' --tool-call-parser hermes --enable-auto-tool-choice'),
+    ('tiny-llama-a', None, TINY),
+    ('tiny-llama-a', 'tools', TINY + ' --tool-call-parser hermes --enable-auto-tool-choice'),
+    ('tiny-llama-b', 'tools', TINY.replace('tiny-llama-a', 'tiny-llama-b') + ' --tool-call-parser hermes --enable-auto-tool-choice'),
 ]
 
 

@@ -4,7 +4,6 @@ through `ansible-playbook llmfleet.vllm.pivot` from such a project against a rea
 tests/integration/test_pivot_faults.py (the fixture's first pivot).
 """
 import json
-import os
 import pathlib
 import subprocess
 import sys

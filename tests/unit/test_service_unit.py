@@ -236,7 +236,6 @@ def test_extra_device_allow_entries(systemd_analyze, tmp_path):
     assert exposure(systemd_analyze, unit_path)[0] <= MAX_EXPOSURE
 
 
-
 def test_shutdown_timeout_lets_requests_finish_and_systemd_waits_longer(tmp_path):
     """-e service_deploy_shutdown_timeout_s=60 (a string): vLLM waits 60 s for requests in flight after SIGTERM, and
     systemd's stop timeout covers that wait plus the engine's teardown."""
@@ -246,6 +245,7 @@ def test_shutdown_timeout_lets_requests_finish_and_systemd_waits_longer(tmp_path
     unit = (root / 'etc/systemd/system/vllm-tiny-llama-a.service').read_text()
     assert '    --shutdown-timeout 60\n' in unit and re.findall(r'^TimeoutStopSec=.*$', unit, re.M) == ['TimeoutStopSec=180']
     assert '--shutdown-timeout' not in (GOLDEN / 'vllm-tiny-llama-a.service').read_text()
+
 
 BAD_CASES = [
     ({'service_deploy_models_extra': {'minimax-m25': {'serving': {'tensor_parallel_size': 0}}}},
