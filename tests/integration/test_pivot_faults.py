@@ -71,6 +71,7 @@ def pivot(tmp_path_factory, vllm_image, pivot_playbook):
     installed_files = sorted(str(p) for p in project.collection.rglob("*"))
 
     run = pivot_playbook(inv)
+    run.inventory = inv
 
     subprocess.run([HUB, "start", HUB_PORT], check=True)
     subprocess.run([TESTBED, "up", MACHINE, SSH_PORT, vllm_image], check=True, capture_output=True)
@@ -440,3 +441,30 @@ def test_failed_pivot_of_slot_b_rolls_back_its_revision_and_leaves_a_untouched(p
     assert before["model_dir"] in _ssh("cat", "/etc/systemd/system/vllm-tiny-llama-b.service")
     again = pivot("-e", "model=tiny-llama-b", "-e", "slot=b")
     assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-4000:]
+
+
+def test_benchmark_playbook_measures_what_slot_b_serves(pivot, tmp_path):
+    """playbooks/benchmark.yml (-e strings): the slot's own model on its port, records in -e llmfleet_results_dir, the
+    server untouched; a slot that serves nothing is refused before any request."""
+    b_pid, results = _b_main_pid(), tmp_path / "results"
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+
+    def bench(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(pivot.inventory),
+                               os.path.join(REPO, "playbooks", "benchmark.yml"), "-e", f"llmfleet_results_dir={results}",
+                               "-e", '{"benchmark_concurrency": [1, 2]}', "-e", "benchmark_requests_per_level=4",
+                               "-e", "benchmark_report_plot=false", *extra],
+                              capture_output=True, text=True, env=env, cwd=REPO, check=False)
+
+    result = bench("-e", "slot=b")
+    assert result.returncode == 0, result.stdout[-4000:]
+    records = list((results / MACHINE / "tiny-llama-b").glob("*.json"))
+    assert len(records) == 1, records
+    record = json.loads(records[0].read_text())
+    assert [level["concurrency"] for level in record["levels"]] == [1, 2], record["levels"]
+    assert sum(level["failed"] for level in record["levels"]) == 0
+    assert list((results / "reports" / MACHINE).glob("*.md")), list(results.rglob("*"))
+    assert _b_main_pid() == b_pid
+    refused = bench("-e", "slot=nothing-here")
+    assert refused.returncode != 0 and "serves nothing in slot nothing-here (slots: b, default)" in refused.stdout, \
+        refused.stdout[-3000:]

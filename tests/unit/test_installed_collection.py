@@ -53,7 +53,7 @@ def test_every_role_module_filter_and_lookup_renders_in_ansible_doc(project):
 
 
 def test_playbooks_run_by_fqcn_and_results_go_to_the_project(project):
-    for playbook in ('pivot', 'rollout', 'site'):
+    for playbook in ('pivot', 'rollout', 'site', 'benchmark'):
         result = run(project, 'ansible-playbook', '--syntax-check', 'llmfleet.vllm.' + playbook)
         assert result.returncode == 0, (playbook, result.stdout[-2000:], result.stderr[-2000:])
     (project.path / 'where.yml').write_text(
