@@ -30,8 +30,8 @@ bounded() { timeout --signal=INT --kill-after=120 "$stream_limit_s" "$@"; }
 oom_kills() { awk '$1 == "oom_kill" {print $2}' /proc/vmstat; }
 oom_before=$(oom_kills)
 ( while sleep 15; do
-    printf '%s avail_mb=%s vllm_workers=%s load=%s\n' "$(stamp)" "$(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo)" \
-      "$(pgrep -c -f 'VLLM::Worker' || true)" "$(cut -d' ' -f1 /proc/loadavg)"
+    printf '%s avail_mb=%s vllm_engines=%s load=%s\n' "$(stamp)" "$(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo)" \
+      "$(pgrep -c -f 'VLLM::EngineCore' || true)" "$(cut -d' ' -f1 /proc/loadavg)"
   done >"$logs/resources.log" ) &
 sampler=$!
 trap 'kill $sampler 2>/dev/null' EXIT
