@@ -346,9 +346,10 @@ def _held_segments(pid: str) -> set:
 def test_slot_b_starts_beside_a_and_shm_cleanup_keeps_what_live_processes_hold(pivot):
     a_pid = _main_pid("tiny-llama-a")
     a_segments = _held_segments(a_pid)
-    # A live holder outside both units, and a stale segment nobody holds.
-    _ssh("touch /dev/shm/psm_stale_llmfleet_test && (setsid python3 -c \"import time; f = open('/dev/shm/psm_live_llmfleet_test', 'w');"
-         " time.sleep(3600)\" >/dev/null 2>&1 &) && sleep 1")
+    # A live holder outside both units, and a stale segment nobody holds; both old enough for the cleanup (a minute).
+    _ssh("(setsid python3 -c \"import time; f = open('/dev/shm/psm_live_llmfleet_test', 'w'); time.sleep(3600)\" >/dev/null 2>&1 &)"
+         " && touch /dev/shm/psm_stale_llmfleet_test && sleep 1"
+         " && touch -d '-10 min' /dev/shm/psm_stale_llmfleet_test /dev/shm/psm_live_llmfleet_test")
     with _client_on_a() as client:
         result = pivot("-e", "model=tiny-llama-b", "-e", "slot=b")
     traffic = client.summary()
