@@ -337,9 +337,10 @@ def _b_main_pid() -> str:
 
 
 def _held_segments(pid: str) -> set:
-    """/dev/shm files the processes of a unit (main PID and its children) have open or mapped."""
+    """/dev/shm files the processes of a unit (main PID and its children) have open or mapped (and not yet unlinked:
+    multiprocessing's semaphores are mapped after their name is gone)."""
     out = _ssh(f"for p in {pid} $(pgrep -P {pid}); do ls -l /proc/$p/fd 2>/dev/null; cat /proc/$p/maps 2>/dev/null; done"
-               " | grep -o '/dev/shm/[^ ]*' | sort -u")
+               " | grep -v '(deleted)' | grep -o '/dev/shm/[^ ]*' | sort -u")
     return set(out.split())
 
 
