@@ -455,6 +455,8 @@ def test_benchmark_playbook_measures_what_slot_b_serves(pivot, tmp_path):
         return subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(pivot.inventory),
                                os.path.join(REPO, "playbooks", "benchmark.yml"), "-e", f"llmfleet_results_dir={results}",
                                "-e", '{"benchmark_concurrency": [1, 2]}', "-e", "benchmark_requests_per_level=4",
+                               # the tiny model's 256-token context: 128 prompt words and 128 new tokens do not fit
+                               "-e", "benchmark_prompt_tokens=32", "-e", "benchmark_max_tokens=32",
                                "-e", "benchmark_report_plot=false", *extra],
                               capture_output=True, text=True, env=env, cwd=REPO, check=False)
 
