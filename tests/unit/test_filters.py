@@ -8,6 +8,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.vllm.plugins.filter import catalog as catalog_filter
 from ansible_collections.llmfleet.vllm.plugins.filter import fit_check as fit_filter
+from ansible_collections.llmfleet.vllm.plugins.filter import script_json as script_json_filter
 from ansible_collections.llmfleet.vllm.plugins.filter import vllm_serve_args as args_filter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -467,3 +468,23 @@ def test_every_filter_is_documented_for_ansible_doc():
     for name in FILTERS:
         assert '"llmfleet.vllm.%s"' % name in out.stdout
     assert '[WARNING]' not in out.stderr, out.stderr
+
+
+WALL = ("\r\r\nBroadcast message from systemd-journald@host (Thu 2026-12-03 19:04:25 UTC):\r\r\n\r\r\n"
+        "haproxy[954]: backend slot_default has no server available!\r\r\n\r\r\n")
+
+
+@pytest.mark.parametrize("stdout", [
+    '{"ready_at": 1.5}\r\n',
+    WALL + '{"ready_at": 1.5}\r\n',  # seen: a wall broadcast on the script's terminal before its output
+    '{"ready_at": 1.5}\r\n' + WALL,
+    '{"ready_at": 0}\n{not json\n{"ready_at": 1.5}\n',
+])
+def test_script_json_reads_the_last_json_line_around_terminal_noise(stdout):
+    assert script_json_filter.script_json(stdout) == {"ready_at": 1.5}
+
+
+def test_script_json_without_json_fails_or_gives_the_default():
+    with pytest.raises(AnsibleFilterError, match="no JSON object in the script output"):
+        script_json_filter.script_json(WALL)
+    assert script_json_filter.script_json("", {}) == {}
