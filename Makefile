@@ -48,11 +48,13 @@ molecule: venv ## every molecule scenario (converge, idempotence, verify) on nsp
 	rc=0; for s in $$(ls molecule | grep -v "^_"); do \
 	  echo "=== molecule scenario $$s ($$(date -u +%T))"; $(BIN)/molecule test -s $$s || rc=1; done; exit $$rc
 
-bench: venv testbed ## every benchmark under bench/ with its defaults (about 2.5 h; figures in docs/benchmarks.md)
+bench: venv testbed ## every benchmark under bench/ with its defaults (about 3 h; figures in docs/benchmarks.md)
 	$(BIN)/python bench/verify.py
 	$(BIN)/python bench/client.py
 	$(BIN)/python bench/pivot.py
 	$(BIN)/python bench/fleet.py
+	$(BIN)/python bench/traffic.py
+	$(BIN)/python bench/repeats.py
 
 bench-smoke: venv ## the benches without a test host, tiny sizes: they still run (no time is asserted)
 	mkdir -p tests/output

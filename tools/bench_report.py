@@ -14,6 +14,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "plugins", "module_utils"))
 _spec = importlib.util.spec_from_file_location(
     "bench_report", os.path.join(HERE, "..", "plugins", "module_utils", "bench_report.py"))
 br = importlib.util.module_from_spec(_spec)

@@ -12,8 +12,10 @@ A *record* is one sweep of one model on one host (JSON, schema ``RECORD_SCHEMA``
      "gpu_power": {"available": false, "reason": "..."}, "summary": {...}}
 
 ``compare_records`` lines up two records by concurrency (current vs previous; speedup =
-current / previous output tok/s), ``render_markdown`` writes the table and ``plot_png`` the
-tok/s-vs-concurrency figure (matplotlib, imported lazily with the Agg backend: controller only).
+current / previous output tok/s; a verdict from the levels' 95 % intervals when they ran in rounds),
+``render_markdown`` writes the table and ``plot_png`` the figure: tok/s (± interval) and TTFT p99 against
+concurrency, and the Pareto view of tok/s per user against total tok/s (matplotlib, imported lazily with the
+Agg backend: controller only).
 
 Standard library only apart from the plot.
 """
@@ -24,6 +26,11 @@ import glob
 import json
 import os
 import re
+
+try:
+    from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_stats
+except ImportError:  # tools/bench_report.py loads this file by path, beside bench_stats.py
+    import bench_stats
 
 RECORD_SCHEMA = "llmfleet.vllm/benchmark-record/v1"
 STAT_KEYS = ("mean", "p50", "p90", "p99")
@@ -75,6 +82,10 @@ def level_from_throughput_check(lvl):
         "request_s": _num(lvl.get("request_s")) or 0.0,
         "server_output_tok_s": _num(lvl.get("server_output_tok_s")),
         "metrics_ratio": _num(lvl.get("metrics_ratio")),
+        # Every round's sample, their 95 % interval and goodput under the SLOs (throughput_check's repeats).
+        "samples": list(lvl.get("samples") or []),
+        "output_tok_s_ci": lvl.get("output_tok_s_ci"),
+        "goodput": lvl.get("goodput"),
     }
     for key in LATENCY_KEYS:
         out[key] = _stats(lvl.get(key))
@@ -295,9 +306,18 @@ def compare_records(current, previous=None, source="throughput_check"):
             row[side + "_requests"] = lv["requests"] if lv else None
             pw = lv.get("power") if lv else None
             row[side + "_joules_per_token"] = pw.get("joules_per_token") if pw else None
+            ci = lv.get("output_tok_s_ci") if lv else None
+            row[side + "_ci"] = ci if ci and ci.get("low") is not None else None
+            if row[side + "_ci"]:
+                row[side + "_tok_s"] = ci["mean"]
+            tpot = row[side + "_tpot_p50_s"] = (lv.get("tpot_s") or {}).get("p50") if lv else None
+            row[side + "_tok_s_per_user"] = (1.0 / tpot) if tpot else None
+            row[side + "_goodput_tok_s"] = (lv.get("goodput") or {}).get("output_tok_s") if lv else None
         row["speedup"] = speedup(row["current_tok_s"], row["previous_tok_s"])
+        row["verdict"] = bench_stats.compare(row["current_ci"], row["previous_ci"])
         rows.append(row)
     ratios = [r["speedup"] for r in rows if r["speedup"] is not None]
+    both = [r for r in rows if r["current_tok_s"] is not None and r["previous_tok_s"] is not None]
 
     def side_info(rec, levels):
         if rec is None:
@@ -319,7 +339,17 @@ def compare_records(current, previous=None, source="throughput_check"):
         "speedup_max": max(ratios) if ratios else None,
         "only_current": sorted(set(cur) - set(prev)) if previous is not None else [],
         "only_previous": sorted(set(prev) - set(cur)),
+        # "no significant difference" when every common level's intervals overlap; None when a side has no interval.
+        "verdict": _overall_verdict(both) if previous is not None else None,
     }
+
+
+def _overall_verdict(rows):
+    verdicts = [r["verdict"] for r in rows]
+    if not rows or None in verdicts:
+        return None
+    differ = ["%s at concurrency %d" % (r["verdict"], r["concurrency"]) for r in rows if r["verdict"] != bench_stats.NO_DIFFERENCE]
+    return "; ".join(differ) if differ else bench_stats.NO_DIFFERENCE
 
 
 def _f(value, fmt="%.1f", none="—"):
@@ -332,6 +362,13 @@ def _ms(seconds):
     if seconds >= 10:
         return "%.1f s" % seconds
     return "%.0f ms" % (seconds * 1000.0) if seconds >= 0.1 else "%.1f ms" % (seconds * 1000.0)
+
+
+def _tok_s(row, side):
+    ci = row[side + "_ci"]
+    if ci is None:
+        return _f(row[side + "_tok_s"])
+    return "%.1f ± %.1f (n=%d)" % (ci["mean"], ci["half_width"], ci["n"])
 
 
 def _errors(failed, requests):
@@ -360,24 +397,30 @@ def render_markdown(cmp, title=None, plot_name=None):
         "vllm bench serve" if cmp["source"] == "vllm_bench" else "llmfleet.vllm.throughput_check",
         cur["timestamp"], ("; previous run %s (%s)" % (prev["timestamp"], prev["host"])) if prev else ""))
     lines.append("")
+    goodput = any(r["current_goodput_tok_s"] is not None or r["previous_goodput_tok_s"] is not None for r in cmp["rows"])
     if prev:
-        lines.append("| Concurrency | %s tok/s | %s tok/s | Speedup | %s TTFT p99 | %s TTFT p99 | %s errors | %s errors |"
-                     % (a, b, a, b, a, b))
-        lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        lines.append("| Concurrency | %s tok/s | %s tok/s | Speedup | Verdict | %s TTFT p99 | %s TTFT p99 | %s errors | %s errors |%s"
+                     % (a, b, a, b, a, b, (" %s goodput tok/s | %s goodput tok/s |" % (a, b)) if goodput else ""))
+        lines.append("|---:|---:|---:|---:|:---|---:|---:|---:|---:|" + ("---:|---:|" if goodput else ""))
         for r in cmp["rows"]:
-            lines.append("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
-                r["concurrency"], _f(r["current_tok_s"]), _f(r["previous_tok_s"]),
-                _f(r["speedup"], "%.2f×"), _ms(r["current_ttft_p99_s"]), _ms(r["previous_ttft_p99_s"]),
+            lines.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s |%s" % (
+                r["concurrency"], _tok_s(r, "current"), _tok_s(r, "previous"),
+                _f(r["speedup"], "%.2f×"), r["verdict"] or "—", _ms(r["current_ttft_p99_s"]), _ms(r["previous_ttft_p99_s"]),
                 _errors(r["current_failed"], r["current_requests"]),
-                _errors(r["previous_failed"], r["previous_requests"])))
+                _errors(r["previous_failed"], r["previous_requests"]),
+                (" %s | %s |" % (_f(r["current_goodput_tok_s"]), _f(r["previous_goodput_tok_s"]))) if goodput else ""))
     else:
-        lines.append("| Concurrency | %s tok/s | req/s | TTFT p99 | TPOT p99 | Errors |" % a)
-        lines.append("|---:|---:|---:|---:|---:|:---:|")
+        lines.append("| Concurrency | %s tok/s | req/s | TTFT p99 | TPOT p99 | tok/s per user | Errors |%s"
+                     % (a, " Goodput tok/s |" if goodput else ""))
+        lines.append("|---:|---:|---:|---:|---:|---:|:---:|" + ("---:|" if goodput else ""))
         for r in cmp["rows"]:
-            lines.append("| %d | %s | %s | %s | %s | %s |" % (
-                r["concurrency"], _f(r["current_tok_s"]), _f(r["current_request_s"], "%.2f"),
-                _ms(r["current_ttft_p99_s"]), _ms(r["current_tpot_p99_s"]),
-                _errors(r["current_failed"], r["current_requests"])))
+            lines.append("| %d | %s | %s | %s | %s | %s | %s |%s" % (
+                r["concurrency"], _tok_s(r, "current"), _f(r["current_request_s"], "%.2f"),
+                _ms(r["current_ttft_p99_s"]), _ms(r["current_tpot_p99_s"]), _f(r["current_tok_s_per_user"]),
+                _errors(r["current_failed"], r["current_requests"]),
+                (" %s |" % _f(r["current_goodput_tok_s"])) if goodput else ""))
+    if any(r["current_ci"] or r["previous_ci"] for r in cmp["rows"]):
+        lines += ["", "tok/s: mean ± half-width of its 95 % confidence interval over the rounds of a level (n rounds)."]
     lines.append("")
     lines.append("| | %s | %s |" % (a, b if prev else "—"))
     lines.append("|---|---:|---:|")
@@ -406,6 +449,9 @@ def render_markdown(cmp, title=None, plot_name=None):
         if cmp["speedup_min"] is not None:
             lines.append("Speedup (%s over %s, output tok/s): %.2f× to %.2f×." % (
                 cur["model"], prev["model"], cmp["speedup_min"], cmp["speedup_max"]))
+            lines.append("Verdict: %s." % (
+                cmp["verdict"] + (" (the 95 % intervals overlap at every level)" if cmp["verdict"] == bench_stats.NO_DIFFERENCE else "")
+                if cmp["verdict"] else "not tested: a level measured in one round has no interval (benchmark_min_repeats >= 2)"))
         else:
             lines.append("No concurrency level was measured for both models: no speedup.")
         if cmp["only_current"]:
@@ -426,7 +472,7 @@ def plot_png(cmp, path, title=None):
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
 
     cur, prev = cmp["current"], cmp["previous"]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.2), dpi=100)
     try:
         series = [("current", cur, "o-", "tab:blue")]
         if prev:
@@ -434,9 +480,19 @@ def plot_png(cmp, path, title=None):
         same = prev is not None and prev["model"] == cur["model"]
         for side, info, style, color in series:
             label = info["model"] + (" @" + str(info["timestamp"]) if same else "")
-            pts = [(r["concurrency"], r[side + "_tok_s"]) for r in cmp["rows"] if r[side + "_tok_s"] is not None]
-            if pts:
-                ax1.plot([p[0] for p in pts], [p[1] for p in pts], style, color=color, label=label)
+            rows = [r for r in cmp["rows"] if r[side + "_tok_s"] is not None]
+            if rows:
+                ax1.errorbar([r["concurrency"] for r in rows], [r[side + "_tok_s"] for r in rows], fmt=style, color=color,
+                             label=label, capsize=3,
+                             yerr=[(r[side + "_ci"] or {}).get("half_width") or 0.0 for r in rows])
+            # Pareto view: what one user gets (1 / TPOT p50) against what the server gives in all, per level.
+            pareto = [r for r in rows if r[side + "_tok_s_per_user"] is not None]
+            if pareto:
+                ax3.plot([r[side + "_tok_s_per_user"] for r in pareto], [r[side + "_tok_s"] for r in pareto], style,
+                         color=color, label=label)
+                for r in pareto:
+                    ax3.annotate("c=%d" % r["concurrency"], (r[side + "_tok_s_per_user"], r[side + "_tok_s"]),
+                                 textcoords="offset points", xytext=(4, 4), fontsize="x-small")
             pts = [(r["concurrency"], r[side + "_ttft_p99_s"]) for r in cmp["rows"]
                    if r[side + "_ttft_p99_s"] is not None]
             if pts:
@@ -455,6 +511,12 @@ def plot_png(cmp, path, title=None):
         ax1.set_title("Output throughput")
         ax2.set_ylabel("TTFT p99 (s)")
         ax2.set_title("Time to first token, p99")
+        ax3.set_xlabel("output tokens/s per user (1 / TPOT p50)")
+        ax3.set_ylabel("output tokens/s, all users")
+        ax3.set_title("Throughput vs interactivity")
+        ax3.grid(True, alpha=0.3)
+        if ax3.lines:
+            ax3.legend(loc="best", fontsize="small")
         fig.suptitle(title or ("%s vs %s" % (cur["model"], prev["model"]) if prev else cur["model"]))
         fig.tight_layout()
         fig.savefig(path, format="png")

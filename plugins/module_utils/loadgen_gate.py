@@ -10,6 +10,7 @@ from urllib.error import HTTPError, URLError
 
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_stats
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import parse_prometheus_counter
 
 GEN_COUNTER = "vllm:generation_tokens_total"
@@ -31,6 +32,16 @@ def validate_params(p):
         if v is not None and v < 1:
             problems.append("%s must be >= 1 (got %r)" % (k, v))
     for k in ("duration_s", "timeout_s"):
+        v = p.get(k)
+        if v is not None and not v > 0:
+            problems.append("%s must be > 0 (got %r)" % (k, v))
+    for k in ("min_repeats", "max_repeats"):
+        v = p.get(k)
+        if v is not None and v < 1:
+            problems.append("%s must be >= 1 (got %r)" % (k, v))
+    if (p.get("min_repeats") or 1) > (p.get("max_repeats") or 1) > 1:
+        problems.append("max_repeats %r must be at least min_repeats %r" % (p["max_repeats"], p["min_repeats"]))
+    for k in ("target_ci_rel", "repeat_budget_s", "slo_ttft_s", "slo_tpot_s"):
         v = p.get(k)
         if v is not None and not v > 0:
             problems.append("%s must be > 0 (got %r)" % (k, v))
@@ -79,7 +90,12 @@ def check_level(lvl, th):
         out.append("%s: error rate %.1f%% (%d of %d failed: %s) is above max_error_rate %.1f%%"
                    % (where, 100.0 * lvl["error_rate"], lvl["failed"], lvl["requests"], kinds, 100.0 * v))
     v = th.get("min_output_tok_s")
-    if v is not None and lvl["output_tok_s"] < v:
+    ci = lvl.get("output_tok_s_ci")
+    if v is not None and ci and ci.get("low") is not None:
+        if bench_stats.below(ci, v):
+            out.append("%s: output %.1f tok/s (95%% CI %.1f to %.1f over %d rounds) is below min_output_tok_s %s"
+                       % (where, ci["mean"], ci["low"], ci["high"], ci["n"], _fmt(v)))
+    elif v is not None and lvl["output_tok_s"] < v:
         out.append("%s: output %.1f tok/s is below min_output_tok_s %s (%d tokens in %.2f s, %d/%d requests ok)"
                    % (where, lvl["output_tok_s"], _fmt(v), lvl["output_tokens"], lvl["duration_s"],
                       lvl["completed"], lvl["requests"]))

@@ -154,6 +154,34 @@ options:
     description: When V(false), report threshold failures in RV(failures) and RV(passed) but do not fail.
     type: bool
     default: true
+  min_repeats:
+    description:
+      - Rounds per level at least; each round is the whole level (O(requests_per_level) requests or O(duration_s)
+        seconds) with new prompts, and gives one output tok/s sample.
+      - With two rounds or more a level reports the 95 % confidence interval of the samples' mean
+        (RV(levels[].output_tok_s_ci)), and O(min_output_tok_s) fails a level only when the whole interval is below it.
+    type: int
+    default: 1
+  max_repeats:
+    description:
+      - Rounds per level at most. After O(min_repeats), rounds go on until the interval's half-width is within
+        O(target_ci_rel) of the mean, this many rounds ran, or the next round would end after O(repeat_budget_s).
+      - V(1) (with O(min_repeats=1)) measures each level once, without an interval.
+    type: int
+    default: 1
+  target_ci_rel:
+    description: Half-width of the 95 % confidence interval, relative to the mean, at which a level stops (V(0.05) is ±5 %).
+    type: float
+    default: 0.05
+  repeat_budget_s:
+    description: Seconds per level after which no new round starts once O(min_repeats) ran; unset for no limit.
+    type: float
+  slo_ttft_s:
+    description: Time-to-first-token objective (seconds) of RV(levels[].goodput); unset for none.
+    type: float
+  slo_tpot_s:
+    description: Time-per-output-token objective (seconds) of RV(levels[].goodput); unset for none.
+    type: float
 attributes:
   check_mode:
     support: full
@@ -324,6 +352,26 @@ levels:
       description: "output_tokens / server_generation_tokens."
       type: float
       returned: always
+    samples:
+      description:
+        - "One entry per round: C(round requests completed failed duration_s output_tok_s request_s ttft_p50_s tpot_p50_s)."
+        - The level's other figures pool every round (durations summed).
+      type: list
+      elements: dict
+      returned: always
+    output_tok_s_ci:
+      description:
+        - "Output tok/s over the rounds: C(n mean stdev cv confidence half_width rel_half_width low high stop)."
+        - C(low) and C(high) bound the 95 % confidence interval of the mean (Student's t); null with one round.
+        - C(stop) says why the rounds ended (C(single), C(converged), C(max_repeats), C(budget)).
+      type: dict
+      returned: always
+    goodput:
+      description:
+        - Completed requests that met O(slo_ttft_s) and O(slo_tpot_s), as C(vllm bench serve --goodput) counts them
+          (C(slo_ttft_s slo_tpot_s requests_met request_s output_tok_s)); null without an objective.
+      type: dict
+      returned: always
     thresholds:
       description: "Thresholds applied to this level."
       type: dict
@@ -370,6 +418,7 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import (
     random_prompt,
     run_level,
 )
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_rounds import Repeats, goodput, measure_level
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_gate import (
     check_level,
     fetch_generation_tokens,
@@ -416,6 +465,12 @@ def argument_spec():
         validate_certs=dict(type="bool", default=True),
         results_path=dict(type="path"),
         fail_on_threshold=dict(type="bool", default=True),
+        min_repeats=dict(type="int", default=1),
+        max_repeats=dict(type="int", default=1),
+        target_ci_rel=dict(type="float", default=0.05),
+        repeat_budget_s=dict(type="float"),
+        slo_ttft_s=dict(type="float"),
+        slo_tpot_s=dict(type="float"),
     )
 
 
@@ -450,6 +505,7 @@ def run_checks(params, module_warn=None):
 
     result = dict(model=model, endpoint=target.path, event_loop=loop_name(), levels=[], failures=[],
                   metrics_available=False, skipped_load=False)
+    repeats = Repeats(params["min_repeats"], params["max_repeats"], params["target_ci_rel"], params["repeat_budget_s"])
     loop = new_event_loop()
     try:
         if params["warmup_requests"]:
@@ -471,9 +527,11 @@ def run_checks(params, module_warn=None):
                     result["metrics_error"] = err
                     if module_warn:
                         module_warn("server metrics unavailable, no cross-check: %s" % err)
-            recs, t0, t1 = loop.run_until_complete(run_level(target, spec, body_fn, loop))
+            recs, busy_s, samples, ci = measure_level(loop, target, spec, body_fn, repeats)
             lvl = dict(concurrency=c)
-            lvl.update(level_stats(recs, t0, t1))
+            lvl.update(level_stats(recs, 0.0, busy_s))
+            lvl["samples"], lvl["output_tok_s_ci"] = samples, ci
+            lvl["goodput"] = goodput(recs, busy_s, params["slo_ttft_s"], params["slo_tpot_s"])
             lvl["server_generation_tokens"] = None
             lvl["server_output_tok_s"] = None
             lvl["metrics_ratio"] = None
@@ -497,6 +555,13 @@ def run_checks(params, module_warn=None):
         loop.close()
     result["passed"] = not result["failures"]
     return result
+
+
+def _tok_s(lvl):
+    ci = lvl["output_tok_s_ci"]
+    if ci["half_width"] is None:
+        return "%.1f" % lvl["output_tok_s"]
+    return "%.1f ± %.1f (%d rounds)" % (ci["mean"], ci["half_width"], ci["n"])
 
 
 def main():
@@ -531,7 +596,7 @@ def main():
             json.dump(result, f, indent=2, sort_keys=True)
         os.rename(tmp, path)
         result["results_path"] = path
-    summary = ", ".join("c=%d: %.1f tok/s, %d/%d ok" % (lv["concurrency"], lv["output_tok_s"], lv["completed"], lv["requests"])
+    summary = ", ".join("c=%d: %s tok/s, %d/%d ok" % (lv["concurrency"], _tok_s(lv), lv["completed"], lv["requests"])
                         for lv in result["levels"])
     if result["failures"] and p["fail_on_threshold"]:
         module.fail_json(msg="throughput check failed: " + " | ".join(result["failures"]), changed=False, **result)

@@ -154,14 +154,19 @@ def test_two_models_compared(stream_server, tmp_path):
     assert len(rows) == 2
     for row in rows:
         cells = [c.strip() for c in row.split("|")]
-        new_tok_s, old_tok_s, ratio = float(cells[2]), float(cells[3]), float(cells[4].rstrip("×"))
+        # tok/s cells are "mean ± half-width (n=rounds)"
+        new_tok_s, old_tok_s, ratio = float(cells[2].split()[0]), float(cells[3].split()[0]), float(cells[4].rstrip("×"))
         # the speedup column is new/old of the two tok/s columns; its size depends on how this machine
         # honours 1 ms vs 4 ms sleeps (CI has seen 6.3×), so only "clearly faster" is asserted
         assert ratio == pytest.approx(new_tok_s / old_tok_s, abs=0.02), row
-        assert ratio > 1.5, row
+        assert ratio > 1.5 and cells[5] == "faster", row
+    assert "Verdict: faster at concurrency 1; faster at concurrency 4." in md
+    for lv in new["result"]["levels"]:
+        assert lv["requests"] == 8 * len(lv["samples"]) == 8 * lv["output_tok_s_ci"]["n"]
+        assert 3 <= lv["output_tok_s_ci"]["n"] <= 10 and lv["output_tok_s_ci"]["stop"] in ("converged", "max_repeats")
     assert open(new["report"]).read() == md
     assert os.path.basename(new["plot"]) in md
-    assert png_size(new["plot"]) == (1100, 420)
+    assert png_size(new["plot"]) == (1500, 420)
     assert os.path.dirname(new["report"]) == str(tmp_path / "results" / "reports" / "localhost")
 
 
@@ -175,11 +180,13 @@ def test_cli_strings_and_report_without_matplotlib(stream_server, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     cli = ["benchmark_gpu_power=false", "benchmark_use_vllm_bench=false", "benchmark_report_plot=true",
            "benchmark_fetch=true", "benchmark_report=true", "benchmark_requests_per_level=3",
+           "benchmark_min_repeats=2", "benchmark_max_repeats=2", "benchmark_target_ci_rel=0.5", "benchmark_repeat_budget_s=30",
            "benchmark_controller_python=%s" % (bare / "bin" / "python")]
     rc, res, out = run_role(tmp_path, base_vars(tmp_path, new.base_url, benchmark_compare_to="model-old"), cli=cli)
     assert rc == 0 and res["ok"], out
     assert res["result"]["gpu_power"]["reason"] == "benchmark_gpu_power is false", res["result"]["gpu_power"]
-    assert [lv["requests"] for lv in res["result"]["levels"]] == [3, 3]
+    assert [lv["requests"] for lv in res["result"]["levels"]] == [6, 6]  # 2 rounds of 3
+    assert res["result"]["settings"]["min_repeats"] == 2 and res["result"]["settings"]["target_ci_rel"] == 0.5
     assert res["result"]["vllm_bench"] in (None, {}) or not res["result"]["vllm_bench"].get("levels")
     assert res["plot"] is None and "| Concurrency | model-new tok/s | model-old tok/s |" in res["markdown"]
     assert open(res["report"]).read() == res["markdown"]

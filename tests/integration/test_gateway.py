@@ -161,4 +161,3 @@ def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_
     # The empty backend is logged, but not as an emergency that journald writes to every terminal.
     assert "has no server available" in _ssh("journalctl -t haproxy --no-pager")
     assert _ssh("journalctl -t haproxy -p 0..2 --no-pager -q") == ""
-

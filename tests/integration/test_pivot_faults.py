@@ -381,6 +381,7 @@ def _catalog_entry(name: str) -> dict:
     (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", "pivot_port=8401"], "pivot_port=8401 is already used by slot default"),
     (["-e", "slot=b", "-e", "revision=" + "0" * 40], "pivot_revision (-e revision=) \"" + "0" * 40 + "\" is not a branch, tag or commit"),
     (["-e", "slot=b", "-e", "pivot_gpu_ids=0,1"], "pivot_gpu_ids=[0, 1]: the model runs on the CPU engine"),
+    (["-e", "slot=b", "-e", "pivot_gate_min_repeats=0"], "pivot_gate_min_repeats must be a whole number >= 1"),
 ])
 def test_bad_slot_requests_fail_before_any_change(pivot, extra, message):
     a_pid, b_pid, state = _main_pid("tiny-llama-a"), _b_main_pid(), _slots()
@@ -447,7 +448,9 @@ def test_failed_pivot_of_slot_b_rolls_back_its_revision_and_leaves_a_untouched(p
 
 def test_benchmark_playbook_measures_what_slot_b_serves(pivot, tmp_path):
     """playbooks/benchmark.yml (-e strings): the slot's own model on its port, records in -e llmfleet_results_dir, the
-    server untouched; a slot that serves nothing is refused before any request."""
+    server untouched; each level in rounds until its 95 % interval is narrow (every sample kept); the same model
+    benchmarked again and compared with itself (A/A) is reported as "no significant difference"; a slot that serves
+    nothing is refused before any request."""
     b_pid, results = _b_main_pid(), tmp_path / "results"
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
 
@@ -457,7 +460,8 @@ def test_benchmark_playbook_measures_what_slot_b_serves(pivot, tmp_path):
                                "-e", '{"benchmark_concurrency": [1, 2]}', "-e", "benchmark_requests_per_level=4",
                                # the tiny model's 256-token context: 128 prompt words and 128 new tokens do not fit
                                "-e", "benchmark_prompt_tokens=32", "-e", "benchmark_max_tokens=32",
-                               "-e", "benchmark_report_plot=false", *extra],
+                               "-e", "benchmark_min_repeats=5", "-e", "benchmark_max_repeats=12",
+                               "-e", "benchmark_repeat_budget_s=40", "-e", "benchmark_report_plot=false", *extra],
                               capture_output=True, text=True, env=env, cwd=REPO, check=False)
 
     result = bench("-e", "slot=b")
@@ -467,7 +471,17 @@ def test_benchmark_playbook_measures_what_slot_b_serves(pivot, tmp_path):
     record = json.loads(records[0].read_text())
     assert [level["concurrency"] for level in record["levels"]] == [1, 2], record["levels"]
     assert sum(level["failed"] for level in record["levels"]) == 0
+    for level in record["levels"]:
+        ci = level["output_tok_s_ci"]
+        assert 5 <= ci["n"] == len(level["samples"]) <= 12 and level["requests"] == 4 * ci["n"], level
+        assert ci["low"] < ci["mean"] < ci["high"] and ci["stop"] in ("converged", "max_repeats", "budget"), ci
     assert list((results / "reports" / MACHINE).glob("*.md")), list(results.rglob("*"))
+    again = bench("-e", "slot=b", "-e", "compare_to=tiny-llama-b")
+    assert again.returncode == 0, again.stdout[-4000:]
+    report = max((results / "reports" / MACHINE).glob("tiny-llama-b_vs_tiny-llama-b_*.md")).read_text()
+    print(report)
+    assert report.count("| no significant difference |") == 2, report
+    assert "Verdict: no significant difference (the 95 % intervals overlap at every level)." in report, report
     assert _b_main_pid() == b_pid
     refused = bench("-e", "slot=nothing-here")
     assert refused.returncode != 0 and "serves nothing in slot nothing-here (slots: b, default)" in refused.stdout, \

@@ -240,6 +240,50 @@ def test_duration_mode(stream_server, tmp_path):
     assert lv["server_generation_tokens"] == lv["output_tokens"] == 16 * lv["requests"]
 
 
+def test_rounds_until_the_interval_is_narrow_enough(stream_server, tmp_path):
+    srv = stream_server("--token-delay", "0.002")
+    rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "concurrency": [2, 4], "requests_per_level": 8,
+                                       "max_tokens": 16, "warmup_requests": 0, "min_repeats": 3, "max_repeats": 30,
+                                       "target_ci_rel": 0.5})
+    assert rc == 0, out
+    for lv in r["levels"]:
+        ci, samples = lv["output_tok_s_ci"], lv["samples"]
+        assert ci["stop"] == "converged" and ci["n"] == len(samples) == 3, ci
+        assert ci["low"] < ci["mean"] < ci["high"] and ci["rel_half_width"] <= 0.5
+        assert [s["round"] for s in samples] == [1, 2, 3] and all(s["completed"] == 8 for s in samples)
+        assert lv["requests"] == 24 and lv["output_tokens"] == 24 * 16  # the level pools its rounds
+        assert lv["server_generation_tokens"] == 24 * 16
+        assert lv["goodput"] is None
+    assert srv.metric("fixture_posts_total") == 2 * 24
+    assert "± " in r["msg"] and "(3 rounds)" in r["msg"]
+
+
+def test_rounds_stop_at_max_repeats_or_the_time_budget(stream_server, tmp_path):
+    srv = stream_server("--token-delay", "0.002")
+    common = {"base_url": srv.base_url, "concurrency": [2], "requests_per_level": 4, "max_tokens": 8,
+              "warmup_requests": 0, "min_repeats": 2, "target_ci_rel": 1e-9}
+    rc, r, out = run_module(tmp_path, dict(common, max_repeats=4))
+    assert rc == 0, out
+    assert r["levels"][0]["output_tok_s_ci"]["stop"] == "max_repeats" and len(r["levels"][0]["samples"]) == 4
+    rc, r, out = run_module(tmp_path, dict(common, max_repeats=100000, repeat_budget_s=1.0))
+    assert rc == 0, out
+    lv = r["levels"][0]
+    assert lv["output_tok_s_ci"]["stop"] == "budget" and 2 <= len(lv["samples"]) < 100000
+    assert lv["duration_s"] <= 1.5, lv["duration_s"]
+
+
+def test_goodput_counts_the_requests_within_the_slos(stream_server, tmp_path):
+    srv = stream_server("--ttft-delay", "0.05", "--token-delay", "0.001")
+    common = {"base_url": srv.base_url, "concurrency": [2], "requests_per_level": 6, "max_tokens": 8, "warmup_requests": 0}
+    rc, r, out = run_module(tmp_path, dict(common, slo_ttft_s=0.01, slo_tpot_s=1.0))
+    assert rc == 0, out
+    assert r["levels"][0]["goodput"]["requests_met"] == 0 and r["levels"][0]["goodput"]["output_tok_s"] == 0
+    rc, r, out = run_module(tmp_path, dict(common, slo_ttft_s=5.0, slo_tpot_s=1.0))
+    assert rc == 0, out
+    good = r["levels"][0]["goodput"]
+    assert good["requests_met"] == 6 and good["output_tok_s"] == pytest.approx(r["levels"][0]["output_tok_s"])
+
+
 # --------------------------------------------------------------------------------------------
 # Real vLLM: the `vllm_server` fixture (tests/integration/conftest.py) serves tiny-llama-a with
 # vLLM's CPU engine inside a systemd test host.

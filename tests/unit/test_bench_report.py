@@ -10,6 +10,7 @@ import zlib
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_report as br
+from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_stats
 
 # Single-stream and c=8/c=128 figures of the hand-run notes (MiniMax-M2.5 after the pivot, Kimi-K2.5 before it).
 MINIMAX = {1: 84.0, 8: 418.0, 128: 2500.0}
@@ -151,10 +152,11 @@ def test_comparison_rows_and_speedups():
     assert cmp["speedup_max"] == pytest.approx(2500 / 1239)
     assert cmp["current"]["peak_tok_s"] == 2500.0 and cmp["previous"]["peak_tok_s"] == 1239.0
     md = br.render_markdown(cmp, plot_name="x.png")
-    assert ("| Concurrency | minimax-m25 tok/s | kimi-k25 tok/s | Speedup | minimax-m25 TTFT p99 | kimi-k25 TTFT p99 "
+    assert ("| Concurrency | minimax-m25 tok/s | kimi-k25 tok/s | Speedup | Verdict | minimax-m25 TTFT p99 | kimi-k25 TTFT p99 "
             "| minimax-m25 errors | kimi-k25 errors |") in md
-    assert "| 1 | 84.0 | 61.0 | 1.38× | 500 ms | 500 ms | 0/8 | 0/8 |" in md
-    assert "| 128 | 2500.0 | 1239.0 | 2.02× |" in md
+    assert "| 1 | 84.0 | 61.0 | 1.38× | — | 500 ms | 500 ms | 0/8 | 0/8 |" in md
+    assert "| 128 | 2500.0 | 1239.0 | 2.02× | — |" in md
+    assert "Verdict: not tested: a level measured in one round has no interval" in md
     assert "| Time to ready | 75 s | 780 s (13.0 min) |" in md
     assert "Speedup (minimax-m25 over kimi-k25, output tok/s): 1.38× to 2.02×." in md
     assert "![output tok/s vs concurrency](x.png)" in md
@@ -190,7 +192,7 @@ def test_one_sided_report():
     assert cmp["previous"] is None and cmp["only_previous"] == [] and cmp["only_current"] == []
     md = br.render_markdown(cmp)
     assert md.startswith("# only on gpu1\n")
-    assert "| 4 | 30.0 | 1.40 | 500 ms | 20.0 ms | 2/16 |" in md
+    assert "| 4 | 30.0 | 1.40 | 500 ms | 20.0 ms | 4.0 | 2/16 |" in md  # per user: 1 / TPOT p50 (0.25 s)
     assert "No previous result to compare with." in md
 
 
@@ -263,7 +265,7 @@ def test_plot_is_a_valid_png(tmp_path):
         record("kimi-k25", {1: 61.0, 8: 300.0, 32: 800.0, 128: 1239.0, 256: 1400.0, 512: 1450.0}))
     path = br.plot_png(cmp, str(tmp_path / "plot.png"))
     width, height, size = png_size(path)
-    assert (width, height) == (1100, 420)
+    assert (width, height) == (1500, 420)
     assert 15000 < size < 500000
 
 
@@ -288,3 +290,39 @@ def test_cli_writes_report_and_plot(tmp_path):
     png_size(str(tmp_path / "out" / "minimax-m25_vs_kimi-k25_20261202T100000Z.png"))
     p = subprocess.run([sys.executable, cli, str(tmp_path / "missing.json")], capture_output=True, text=True, check=False)
     assert p.returncode == 2 and "cannot read benchmark record" in p.stderr
+
+
+def rounds_record(model, samples_by_level, ts="20261202T120000Z"):
+    """A record whose levels ran in rounds: {concurrency: [tok/s of each round]}."""
+    levels = []
+    for conc, samples in sorted(samples_by_level.items()):
+        lvl = tc_level(conc, sum(samples) / len(samples))
+        lvl["samples"] = [{"round": i + 1, "output_tok_s": v} for i, v in enumerate(samples)]
+        lvl["output_tok_s_ci"] = bench_stats.interval(samples, stop="converged")
+        levels.append(lvl)
+    return br.build_record("gpu1", model, ts, [{"levels": levels, "started_at": 1000.0}])
+
+
+def test_a_a_comparison_says_no_significant_difference():
+    first = rounds_record("m", {1: [100, 104, 98, 101, 99], 8: [400, 420, 410, 405, 415]}, ts="20261203T100000Z")
+    second = rounds_record("m", {1: [103, 97, 102, 100, 105], 8: [412, 398, 421, 409, 404]}, ts="20261203T110000Z")
+    cmp = br.compare_records(second, first)
+    assert [r["verdict"] for r in cmp["rows"]] == ["no significant difference"] * 2
+    assert cmp["verdict"] == "no significant difference"
+    assert second["levels"][0]["samples"][4] == {"round": 5, "output_tok_s": 105}  # every sample kept
+    md = br.render_markdown(cmp)
+    assert "| 1 | 101.4 ± 3.8 (n=5) | 100.4 ± 2.9 (n=5) | 1.01× | no significant difference |" in md
+    assert "Verdict: no significant difference (the 95 % intervals overlap at every level)." in md
+
+
+def test_disjoint_intervals_say_faster_or_slower_per_level():
+    old = rounds_record("old", {1: [100, 101, 99], 8: [400, 402, 398]})
+    new = rounds_record("new", {1: [120, 121, 119], 8: [380, 381, 379]})
+    cmp = br.compare_records(new, old)
+    assert [r["verdict"] for r in cmp["rows"]] == ["faster", "slower"]
+    assert cmp["verdict"] == "faster at concurrency 1; slower at concurrency 8"
+
+
+def test_one_round_on_either_side_gives_no_verdict():
+    cmp = br.compare_records(rounds_record("new", {1: [100, 101, 99]}), record("old", {1: 100.0}))
+    assert cmp["rows"][0]["verdict"] is None and cmp["verdict"] is None

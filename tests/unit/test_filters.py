@@ -9,6 +9,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.vllm.plugins.filter import catalog as catalog_filter
 from ansible_collections.llmfleet.vllm.plugins.filter import fit_check as fit_filter
 from ansible_collections.llmfleet.vllm.plugins.filter import script_json as script_json_filter
+from ansible_collections.llmfleet.vllm.plugins.filter import throughput_gate as gate_filter
 from ansible_collections.llmfleet.vllm.plugins.filter import vllm_serve_args as args_filter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -488,3 +489,11 @@ def test_script_json_without_json_fails_or_gives_the_default():
     with pytest.raises(AnsibleFilterError, match="no JSON object in the script output"):
         script_json_filter.script_json(WALL)
     assert script_json_filter.script_json("", {}) == {}
+
+
+def test_throughput_gate_filter_checks_its_input():
+    with pytest.raises(AnsibleFilterError, match="min_ratio must be a number"):
+        gate_filter.throughput_gate([], [], "fast")
+    with pytest.raises(AnsibleFilterError, match="two lists of throughput_check levels"):
+        gate_filter.throughput_gate({"concurrency": 1}, [], 0.8)
+    assert gate_filter.throughput_gate([], None, "0.8") == {"min_ratio": 0.8, "levels": [], "below": []}

@@ -48,6 +48,11 @@ def test_defaults_validate():
     ({"base_url": "127.0.0.1:8000"}, "base_url must start with http:// or https://"),
     ({"level_thresholds": [{"concurrency": 3, "min_output_tok_s": 1.0}]}, "level_thresholds[0].concurrency 3"),
     ({"level_thresholds": [{"concurrency": 1, "max_error_rate": -0.1}]}, "level_thresholds[0].max_error_rate"),
+    ({"min_repeats": 0}, "min_repeats must be >= 1"),
+    ({"min_repeats": 5, "max_repeats": 3}, "max_repeats 3 must be at least min_repeats 5"),
+    ({"target_ci_rel": 0.0}, "target_ci_rel must be > 0"),
+    ({"repeat_budget_s": -1.0}, "repeat_budget_s must be > 0"),
+    ({"slo_ttft_s": 0.0}, "slo_ttft_s must be > 0"),
 ])
 def test_validate_names_the_option(kw, fragment):
     problems = gate.validate_params(params(**kw))
@@ -87,6 +92,17 @@ def test_check_level_boundaries_and_missing_samples():
     assert gate.check_level(level(requests=0), th) == ["concurrency 8: no request was sent"]
     # no server metrics: deviation not checked
     assert gate.check_level(level(server_generation_tokens=None), {"max_metrics_deviation": 0.0}) == []
+
+
+def test_min_output_tok_s_fails_a_level_in_rounds_only_when_its_whole_interval_is_below():
+    th = {"min_output_tok_s": 1000.0}
+    straddles = level(output_tok_s=990.0, output_tok_s_ci={"n": 5, "mean": 990.0, "low": 970.0, "high": 1010.0})
+    assert gate.check_level(straddles, th) == []
+    below = level(output_tok_s=950.0, output_tok_s_ci={"n": 5, "mean": 950.0, "low": 930.0, "high": 970.0})
+    assert gate.check_level(below, th) == [
+        "concurrency 8: output 950.0 tok/s (95% CI 930.0 to 970.0 over 5 rounds) is below min_output_tok_s 1000"]
+    one_round = level(output_tok_s=990.0, output_tok_s_ci={"n": 1, "mean": 990.0, "low": None, "high": None})
+    assert gate.check_level(one_round, th)[0].startswith("concurrency 8: output 990.0 tok/s is below")
 
 
 def test_thresholds_for_level_override():

@@ -1,0 +1,67 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A load level measured in rounds until its throughput is known well enough, and goodput under SLOs."""
+from __future__ import annotations
+
+import time
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_stats
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import level_stats, rate, run_level
+
+
+class Repeats:
+    """How many rounds a level gets: at least ``minimum``; more while the 95 % interval of the rounds' mean output
+    tok/s is wider than ``target_rel`` of the mean, up to ``maximum`` rounds and ``budget_s`` seconds."""
+
+    def __init__(self, minimum=1, maximum=1, target_rel=0.05, budget_s=None):
+        self.minimum, self.maximum = minimum, max(minimum, maximum)
+        self.target_rel, self.budget_s = target_rel, budget_s
+
+    def stop_reason(self, ci, elapsed_s, last_round_s):
+        """Why to stop after the rounds of ci, or None to run another."""
+        if ci["n"] < self.minimum:
+            return None
+        if self.maximum == 1:
+            return "single"
+        if bench_stats.converged(ci, self.target_rel):
+            return "converged"
+        if ci["n"] >= self.maximum:
+            return "max_repeats"
+        if self.budget_s is not None and elapsed_s + last_round_s > self.budget_s:
+            return "budget"
+        return None
+
+
+def round_sample(index, records, t0, t1):
+    stats = level_stats(records, t0, t1)
+    return {"round": index, "requests": stats["requests"], "completed": stats["completed"], "failed": stats["failed"],
+            "duration_s": round(stats["duration_s"], 4), "output_tok_s": round(stats["output_tok_s"], 3),
+            "request_s": round(stats["request_s"], 4), "ttft_p50_s": stats["ttft_s"]["p50"],
+            "tpot_p50_s": stats["tpot_s"]["p50"]}
+
+
+def measure_level(loop, target, spec, body_fn, repeats):
+    """Run rounds of spec; returns (records of every round, seconds under load, samples, output tok/s interval)."""
+    records, samples, busy_s = [], [], 0.0
+    started = time.monotonic()
+    while True:
+        recs, t0, t1 = loop.run_until_complete(run_level(target, spec, body_fn, loop))
+        records.extend(recs)
+        busy_s += t1 - t0
+        samples.append(round_sample(len(samples) + 1, recs, t0, t1))
+        ci = bench_stats.interval([s["output_tok_s"] for s in samples])
+        reason = repeats.stop_reason(ci, time.monotonic() - started, t1 - t0)
+        if reason:
+            ci["stop"] = reason
+            return records, busy_s, samples, ci
+
+
+def goodput(records, duration_s, slo_ttft_s=None, slo_tpot_s=None):
+    """Completed requests within both SLOs (as ``vllm bench serve --goodput``) and their rates; None without SLOs."""
+    if slo_ttft_s is None and slo_tpot_s is None:
+        return None
+    good = [r for r in records if r.ok
+            and (slo_ttft_s is None or (r.chunks and r.ttft <= slo_ttft_s))
+            and (slo_tpot_s is None or r.tpot is None or r.tpot <= slo_tpot_s)]
+    return {"slo_ttft_s": slo_ttft_s, "slo_tpot_s": slo_tpot_s, "requests_met": len(good),
+            "request_s": rate(len(good), duration_s), "output_tok_s": rate(sum(r.output_tokens for r in good), duration_s)}
