@@ -180,8 +180,9 @@ class ProgressWriter:
     *.incomplete files, so it moves while a big shard streams in.
     """
 
-    def __init__(self, path, local_dir, planned, interval=5.0):
+    def __init__(self, path, local_dir, planned, interval=5.0, extra=None):
         self.path, self.local_dir, self.planned, self.interval = path, local_dir, planned, interval
+        self.extra = extra  # callable adding fields (the pipelined hashing's progress)
         self.bytes_total = sum(f["size"] for f in planned)
         self.started = time.time()
         self._stop = threading.Event()
@@ -199,11 +200,16 @@ class ProgressWriter:
                 done_files += 1
         done_bytes = min(done_bytes + incomplete_bytes(self.local_dir), self.bytes_total)
         elapsed = max(time.time() - self.started, 1e-6)
-        return {"state": state, "bytes_done": done_bytes, "bytes_total": self.bytes_total,
+        rate = done_bytes / elapsed
+        data = {"state": state, "bytes_done": done_bytes, "bytes_total": self.bytes_total,
                 "files_done": done_files, "files_total": len(self.planned),
                 "percent": round(100.0 * done_bytes / self.bytes_total, 1) if self.bytes_total else 100.0,
-                "seconds": round(elapsed, 1), "mb_per_s": round(done_bytes / 1e6 / elapsed, 2),
+                "seconds": round(elapsed, 1), "mb_per_s": round(rate / 1e6, 2),
+                "eta_s": round((self.bytes_total - done_bytes) / rate, 1) if rate > 0 else None,
                 "updated": int(time.time())}
+        if self.extra is not None:
+            data.update(self.extra())
+        return data
 
     def write(self, state="downloading"):
         data = self.snapshot(state)

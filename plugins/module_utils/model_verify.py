@@ -77,8 +77,11 @@ def resolve_manifest(model_dir, manifest_path=None):
 
 def verify_model_dir(model_dir, mode="fast", manifest_path=None, required_files=None, workers=None,
                      fail_on_extra=False, ignore_patterns=DEFAULT_IGNORE_PATTERNS,
-                     buffer_bytes=DEFAULT_BUFFER_BYTES):
-    """Verify ``model_dir``; return the shard_verify result dict (``failed`` and ``msg`` included)."""
+                     buffer_bytes=DEFAULT_BUFFER_BYTES, ledger=None):
+    """Verify ``model_dir``; return the shard_verify result dict (``failed`` and ``msg`` included).
+
+    ledger -- a hash_ledger.Ledger: in full mode a file it holds a digest for, unchanged since, is not read again.
+    """
     started = time.monotonic()
     if mode not in MODES:
         raise VerifyError("mode must be one of %s" % ", ".join(MODES))
@@ -95,7 +98,7 @@ def verify_model_dir(model_dir, mode="fast", manifest_path=None, required_files=
     survey.expect_required(_required_files(required_files, present))
     survey.expect_numbered_parts()
     survey.check_files()
-    hashing = survey.hash_files(workers, buffer_bytes) if mode == "full" else _HashTotals(0, 0.0, 0)
+    hashing = survey.hash_files(workers, buffer_bytes, ledger) if mode == "full" else _HashTotals(0, 0.0, 0)
     extra = survey.extra(bool(manifest))
     return _result(model_dir, mode, manifest_path, survey, extra, hashing, fail_on_extra, started)
 
@@ -110,10 +113,12 @@ def _required_files(required_files, present):
 
 
 class _HashTotals:
-    def __init__(self, bytes_hashed, seconds, workers):
+    def __init__(self, bytes_hashed, seconds, workers, bytes_from_ledger=0, files_from_ledger=0):
         self.bytes_hashed = bytes_hashed
         self.seconds = seconds
         self.workers = workers
+        self.bytes_from_ledger = bytes_from_ledger
+        self.files_from_ledger = files_from_ledger
 
 
 class _Survey:
@@ -242,8 +247,23 @@ class _Survey:
                             "kept original %s: " % patch["original"]))
         return targets
 
-    def hash_files(self, workers, buffer_bytes):
+    def _from_ledger(self, ledger, path, full_path, algorithm, digest, what):
+        """True when the ledger settles this target (a digest taken during the download, file unchanged since)."""
+        if ledger is None or full_path != os.path.join(self.model_dir, path):
+            return False
+        recorded = ledger.digest(path, algorithm)
+        if recorded is None:
+            return False
+        check = self.check(path)
+        if recorded != digest:
+            check.fail("hash_mismatch", "%s%s %s (hashed while downloading), expected %s" % (what, algorithm, recorded, digest))
+        elif check.status == "ok":
+            check.hash_checked = True
+        return True
+
+    def hash_files(self, workers, buffer_bytes, ledger=None):
         jobs, expected = [], {}
+        from_ledger = [0, 0]
         for path, entry in self.manifest_entries.items():
             check = self.check(path)
             targets = self._hash_targets(path, entry)
@@ -251,6 +271,10 @@ class _Survey:
             # A file already known bad would only burn disk time.
             if check.status == "ok":
                 for full_path, algorithm, digest, what in targets:
+                    if self._from_ledger(ledger, path, full_path, algorithm, digest, what):
+                        from_ledger[0] += 1
+                        from_ledger[1] += check.size
+                        continue
                     jobs.append((full_path, algorithm, os.path.getsize(full_path)))
                     expected[full_path] = (path, digest, what)
         workers = workers or default_workers()
@@ -271,7 +295,7 @@ class _Survey:
                 check.fail("hash_mismatch", "%s%s %s, expected %s" % (what, result.algorithm, result.digest, digest))
             elif check.status == "ok":
                 check.hash_checked = True
-        return _HashTotals(bytes_hashed, seconds, min(workers, max(1, len(jobs))))
+        return _HashTotals(bytes_hashed, seconds, min(workers, max(1, len(jobs))), from_ledger[1], from_ledger[0])
 
     def extra(self, has_manifest):
         if has_manifest:
@@ -306,6 +330,8 @@ def _result(model_dir, mode, manifest_path, survey, extra, hashing, fail_on_extr
         "extra": extra,
         "total_bytes": sum(survey.present.values()),
         "bytes_hashed": hashing.bytes_hashed,
+        "bytes_hashed_while_downloading": hashing.bytes_from_ledger,
+        "files_hashed_while_downloading": hashing.files_from_ledger,
         "hash_seconds": round(hashing.seconds, 6),
         "workers": hashing.workers,
         "seconds": round(seconds, 6),

@@ -87,9 +87,21 @@ options:
   progress_interval:
     description:
       - Seconds between updates of the progress file C(<local_dir>/.cache/llmfleet/progress.json)
-        (bytes done and total, files, rate) written while downloading.
+        (bytes done and total, files, rate, ETA, and what was hashed so far) written while downloading.
     type: float
     default: 5
+  hash_while_downloading:
+    description:
+      - Hash each file of the manifest (sha256, else git's blob sha1) as soon as it is complete (its final name with
+        the hub's size), with O(hash_workers) threads, while the other files still download, and record each digest
+        with the file's identity then (device, inode, size, mtime, ctime) in C(<local_dir>/.cache/llmfleet/hashed.json).
+      - M(llmfleet.vllm.shard_verify) with O(llmfleet.vllm.shard_verify#module:use_download_hashes=true) then only hashes
+        what was not hashed yet or changed since, so the verification after the last byte takes the last shard or two.
+    type: bool
+    default: true
+  hash_workers:
+    description: Threads hashing during the download; default the CPUs available to the module.
+    type: int
   etag_timeout:
     description: Seconds to wait for the hub's metadata answers.
     type: float
@@ -193,7 +205,13 @@ seconds:
   returned: always
   type: float
 progress:
-  description: Last progress record (bytes_done, bytes_total, files_done, files_total, mb_per_s).
+  description: Last progress record (bytes_done, bytes_total, files_done, files_total, mb_per_s, eta_s, files_hashed, bytes_hashed).
+  returned: when something was downloaded
+  type: dict
+hashed_while_downloading:
+  description:
+    - What O(hash_while_downloading) hashed before the download ended (C(files_hashed), C(bytes_hashed), C(files_to_hash),
+      C(bytes_to_hash), C(hash_mismatches)); null when off.
   returned: when something was downloaded
   type: dict
 """
@@ -206,6 +224,8 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import hf_download as hfd
+from ansible_collections.llmfleet.vllm.plugins.module_utils.hash_ledger import Ledger
+from ansible_collections.llmfleet.vllm.plugins.module_utils.pipelined_hashing import PipelinedHasher, algorithm_of
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import (
     MANIFEST_FILENAME, ManifestError, load_manifest, manifest_from_siblings, write_manifest)
 
@@ -264,6 +284,8 @@ def main():
             check_space=dict(type="bool", default=True),
             resolve_only=dict(type="bool", default=False),
             progress_interval=dict(type="float", default=5),
+            hash_while_downloading=dict(type="bool", default=True),
+            hash_workers=dict(type="int"),
             etag_timeout=dict(type="float", default=10),
         ),
         required_if=[("offline", False, ("repo_id",))],
@@ -274,6 +296,8 @@ def main():
     local_dir = p["local_dir"].rstrip("/") or "/"
     if p["max_workers"] < 1:
         module.fail_json(msg="max_workers must be at least 1, got %d" % p["max_workers"])
+    if p["hash_workers"] is not None and p["hash_workers"] < 1:
+        module.fail_json(msg="hash_workers must be at least 1, got %d" % p["hash_workers"])
     if p["space_margin_bytes"] < 0:
         module.fail_json(msg="space_margin_bytes must not be negative")
     if p["offline"]:
@@ -332,8 +356,13 @@ def main():
     progress = None
     if to_download:
         os.makedirs(local_dir, exist_ok=True)
+        hasher = None
+        if p["hash_while_downloading"]:
+            ledger = Ledger(local_dir)
+            hasher = PipelinedHasher(ledger, [f for f in manifest["files"] if ledger.digest(f["path"], algorithm_of(f)) is None],
+                                     p["hash_workers"]).start()
         progress = hfd.ProgressWriter(os.path.join(local_dir, hfd.PROGRESS_RELPATH), local_dir, to_download,
-                                      p["progress_interval"]).start()
+                                      p["progress_interval"], extra=hasher.progress if hasher else None).start()
         common = dict(repo_id=p["repo_id"], revision=commit, local_dir=local_dir, token=token,
                       endpoint=p["endpoint"], etag_timeout=p["etag_timeout"])
         try:
@@ -343,6 +372,7 @@ def main():
                     hf_hub_download(filename=entry["path"], force_download=True, **common)
             snapshot_download(allow_patterns=[f["path"] for f in to_download], max_workers=p["max_workers"], **common)
         except Exception as exc:  # pylint: disable=broad-except
+            result["hashed_while_downloading"] = hasher.stop() if hasher else None
             last = progress.stop("failed")
             _complete_after, still = hfd.local_state(local_dir, manifest)
             result.update(progress=last, files_downloaded=sorted({f["path"] for f in to_download} - {f["path"] for f in still}))
@@ -351,6 +381,7 @@ def main():
                 p["repo_id"], commit, local_dir, len(still), ", ".join(f["path"] for f in still))
             _hub_error(module, message, exc, changed=bool(result["files_downloaded"]),
                        seconds=round(time.time() - started, 3), **dict(result, files_missing=[f["path"] for f in still]))
+        result["hashed_while_downloading"] = hasher.stop() if hasher else None
         result["progress"] = progress.stop("done")
         _complete_after, still = hfd.local_state(local_dir, manifest)
         if still:

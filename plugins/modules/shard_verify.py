@@ -61,6 +61,14 @@ options:
     type: list
     elements: str
     default: ['.llmfleet-manifest.json', '.cache/*']
+  use_download_hashes:
+    description:
+      - In full mode, do not read again a file M(llmfleet.vllm.hf_snapshot) hashed while it downloaded, as long as the
+        file kept the identity it had then (device, inode, size, mtime and ctime, one of which any write or
+        replacement changes); its recorded digest is compared with the manifest instead. Every other file is hashed.
+      - V(false) (the default) reads every byte, which also catches corruption at rest that left the identity alone.
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Runs the same read-only checks in check mode.
@@ -161,6 +169,14 @@ bytes_hashed:
   description: Bytes read for hashing (0 in fast mode).
   returned: always
   type: int
+bytes_hashed_while_downloading:
+  description: Bytes whose digest M(llmfleet.vllm.hf_snapshot) took during the download and that were not read again.
+  returned: always
+  type: int
+files_hashed_while_downloading:
+  description: Files settled by a digest taken during the download.
+  returned: always
+  type: int
 seconds:
   description: Wall time of the whole verification.
   returned: always
@@ -181,6 +197,7 @@ throughput_mib_s:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.hash_ledger import Ledger
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import DEFAULT_IGNORE_PATTERNS
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import VerifyError, verify_model_dir
 
@@ -195,6 +212,7 @@ def main():
             workers=dict(type="int"),
             fail_on_extra=dict(type="bool", default=False),
             ignore_patterns=dict(type="list", elements="str", default=list(DEFAULT_IGNORE_PATTERNS)),
+            use_download_hashes=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -205,7 +223,8 @@ def main():
         result = verify_model_dir(
             params["path"], mode=params["mode"], manifest_path=params["manifest"],
             required_files=params["required_files"], workers=params["workers"],
-            fail_on_extra=params["fail_on_extra"], ignore_patterns=tuple(params["ignore_patterns"]))
+            fail_on_extra=params["fail_on_extra"], ignore_patterns=tuple(params["ignore_patterns"]),
+            ledger=Ledger(params["path"]) if params["use_download_hashes"] else None)
     except VerifyError as exc:
         module.fail_json(msg=str(exc), changed=False)
     failed = result.pop("failed")

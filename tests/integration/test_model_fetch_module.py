@@ -157,3 +157,78 @@ def test_dropped_connection_is_resumed_in_run_with_range(hub, tmp_path):
     assert [e["range"] for e in blob_gets] == [None, "bytes=%d-" % HF_CHUNK], blob_gets
     assert blob_gets[0]["bytes_sent"] == 12_000_000 and blob_gets[1]["bytes_sent"] == BIG_SIZE - HF_CHUNK
     assert os.path.getsize(tmp_path / "m" / "weights.bin") == BIG_SIZE
+
+
+VERIFY_PLAYBOOK = PLAYBOOK.replace("llmfleet.vllm.hf_snapshot", "llmfleet.vllm.shard_verify").replace("Run hf_snapshot", "Run shard_verify")
+
+
+def shard_verify(local_dir, **args):
+    """shard_verify full mode through ansible-playbook; its registered result."""
+    work = os.path.join(os.environ.get("TMPDIR", "/tmp"), "shard-verify-test-%d" % os.getpid())
+    os.makedirs(work, exist_ok=True)
+    with open(os.path.join(work, "play.yml"), "w", encoding="utf-8") as handle:
+        handle.write(VERIFY_PLAYBOOK)
+    out = os.path.join(work, "result.json")
+    with open(os.path.join(work, "vars.json"), "w", encoding="utf-8") as handle:
+        json.dump({"module_args": dict(path=local_dir, mode="full", **args), "check": False, "out": out}, handle)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    subprocess.run([PLAYBOOK_BIN, "-i", "localhost,", os.path.join(work, "play.yml"), "-e", "@" + os.path.join(work, "vars.json")],
+                   capture_output=True, text=True, cwd=REPO, env=env, timeout=300, check=True)
+    with open(out, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def test_files_are_hashed_while_the_others_download(hub, tmp_path):
+    """The last shard streams slowly: every other file is hashed before it lands, so the full verification afterwards
+    reads at most that shard; a file changed after it was hashed is read again and caught."""
+    last = "model-00004-of-00004.safetensors"
+    hub.set_faults({"repos": {REPO_A: {"files": {last: {"rate": 200_000}}}}})
+    target = tmp_path / "m"
+    res = snapshot(hub, local_dir=str(target), progress_interval=0.2)
+    assert res["changed"] and not res.get("failed"), res
+    during = res["hashed_while_downloading"]
+    assert during["files_to_hash"] == len(res["files"]) and during["files_hashed"] >= len(res["files"]) - 1, during
+    assert during["hash_mismatches"] == [] and res["progress"]["files_hashed"] == during["files_hashed"]
+    last_size = os.path.getsize(target / last)
+    verify = shard_verify(str(target), use_download_hashes=True)
+    assert not verify.get("failed") and verify["files_hashed_while_downloading"] == during["files_hashed"], verify
+    assert verify["bytes_hashed"] <= last_size and verify["bytes_hashed"] + verify["bytes_hashed_while_downloading"] == sum(
+        f["size"] for f in json.loads((target / ".llmfleet-manifest.json").read_text())["files"])
+    assert shard_verify(str(target))["bytes_hashed"] == verify["total_bytes"]  # by default full mode reads it all
+    with open(target / SHARD1, "r+b") as handle:  # same size, other tensor bytes, after it was hashed
+        handle.seek(-2, os.SEEK_END)
+        handle.write(b"\xff\xfe")
+    verify = shard_verify(str(target), use_download_hashes=True)
+    assert verify.get("failed") and verify["bad"] == [SHARD1] and "hash_mismatch" in verify["msg"], verify
+
+
+def test_killed_download_resumed_hashes_again_what_changed_since(hub, tmp_path):
+    """A download killed while weights.bin streams leaves config.json hashed; config.json is then changed in place
+    (same size) and the download resumed: the change is hashed and caught, never taken for the digest before it."""
+    import signal  # pylint: disable=import-outside-toplevel
+    import time  # pylint: disable=import-outside-toplevel
+    hub.set_faults({"repos": {"llmfleet-test/big-blob": {"files": {"weights.bin": {"rate": 2_000_000}}}}})
+    target = tmp_path / "m"
+    work = tmp_path / "killed"
+    work.mkdir()
+    (work / "play.yml").write_text(PLAYBOOK)
+    (work / "vars.json").write_text(json.dumps({"module_args": {"repo_id": "llmfleet-test/big-blob", "endpoint": hub.url,
+                                                                "local_dir": str(target)},
+                                                "check": False, "out": str(work / "result.json")}))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.Popen([PLAYBOOK_BIN, "-i", "localhost,", str(work / "play.yml"), "-e", "@%s" % (work / "vars.json")],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    ledger = target / ".cache" / "llmfleet" / "hashed.json"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (ledger.exists() and "config.json" in ledger.read_text()):
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert "config.json" in ledger.read_text() and not (target / "weights.bin").exists()
+    (target / "config.json").write_text("[]\n")  # same size as the hub's "{}\n"
+    hub.set_faults({})
+    res = snapshot(hub, repo_id="llmfleet-test/big-blob", local_dir=str(target))
+    assert res["changed"] and not res.get("failed") and res["files_downloaded"] == ["weights.bin"], res
+    assert res["hashed_while_downloading"]["hash_mismatches"] == ["config.json"], res["hashed_while_downloading"]
+    verify = shard_verify(str(target), use_download_hashes=True, required_files=[])
+    assert verify.get("failed") and verify["bad"] == ["config.json"], verify

@@ -1,0 +1,90 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Digests taken while a model downloads, and when they still count.
+
+hf_snapshot hashes each file as soon as it lands, while other files still download, and records the digest with
+the file's identity when it was read: device, inode, size, mtime and ctime, the same before and after the read.
+shard_verify then trusts a digest only while the file still has that identity. Any write, rename over it or
+re-fetch changes the inode or the ctime (which no user can set), so a file changed after it was hashed is hashed
+again; nothing unverified is reported verified.
+
+A file is hashed only once its ctime is SETTLED_S old: the kernel keeps timestamps at a coarse tick (a few ms),
+and a write within the same tick as the one before could leave ctime unchanged.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils.file_hashing import hash_file
+
+LEDGER_RELPATH = ".cache/llmfleet/hashed.json"
+SETTLED_S = 0.05
+
+
+def identity(st):
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def settled(st, now=None):
+    return (now if now is not None else time.time()) - st.st_ctime_ns / 1e9 >= SETTLED_S
+
+
+class Ledger:
+    """{relative path: {algorithm, digest, identity}} of one model directory, saved as JSON."""
+
+    def __init__(self, model_dir):
+        self.model_dir = model_dir
+        self.path = os.path.join(model_dir, LEDGER_RELPATH)
+        self._lock, self._save_lock = threading.Lock(), threading.Lock()
+        self.entries = {}
+        try:
+            with open(self.path) as handle:
+                data = json.load(handle)
+            if isinstance(data, dict) and isinstance(data.get("files"), dict):
+                self.entries = data["files"]
+        except (OSError, ValueError):
+            pass
+
+    def hash_and_record(self, relpath, algorithm, buffer=None):
+        """Hash a file and record the digest if the file kept one identity throughout; returns (digest, recorded)."""
+        full = os.path.join(self.model_dir, relpath)
+        before = os.stat(full)
+        digest, _count = hash_file(full, algorithm, buffer)
+        after = os.stat(full)
+        recorded = identity(before) == identity(after) and settled(before)
+        with self._lock:
+            if recorded:
+                self.entries[relpath] = {"algorithm": algorithm, "digest": digest, "identity": identity(after)}
+            else:
+                self.entries.pop(relpath, None)
+        return digest, recorded
+
+    def digest(self, relpath, algorithm):
+        """The recorded digest when the file still has the identity it had when hashed, else None."""
+        with self._lock:
+            entry = self.entries.get(relpath)
+        if not entry or entry.get("algorithm") != algorithm:
+            return None
+        try:
+            st = os.stat(os.path.join(self.model_dir, relpath))
+        except OSError:
+            return None
+        return entry["digest"] if identity(st) == entry.get("identity") else None
+
+    def forget(self, relpaths):
+        with self._lock:
+            for relpath in relpaths:
+                self.entries.pop(relpath, None)
+
+    def save(self):
+        with self._save_lock:
+            with self._lock:
+                data = {"files": dict(self.entries)}
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as handle:
+                json.dump(data, handle, sort_keys=True)
+            os.replace(tmp, self.path)
