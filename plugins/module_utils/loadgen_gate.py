@@ -39,6 +39,7 @@ def validate_params(p):
         v = p.get(k)
         if v is not None and v < 1:
             problems.append("%s must be >= 1 (got %r)" % (k, v))
+    # max_repeats 1 (the default) with a larger min_repeats means min_repeats rounds; other maxima must not be smaller.
     if (p.get("min_repeats") or 1) > (p.get("max_repeats") or 1) > 1:
         problems.append("max_repeats %r must be at least min_repeats %r" % (p["max_repeats"], p["min_repeats"]))
     for k in ("target_ci_rel", "repeat_budget_s", "slo_ttft_s", "slo_tpot_s"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.file_hashing import (
@@ -21,8 +22,9 @@ class PipelinedHasher:
     """Watches manifest entries; a file whose final name has the hub's size (and a settled ctime) is hashed into the
     ledger by one of ``workers`` threads. What is still downloading is left to shard_verify afterwards."""
 
-    def __init__(self, ledger, entries, workers=None, interval=0.2, buffer_bytes=DEFAULT_BUFFER_BYTES):
-        self.ledger, self.interval, self.buffer_bytes = ledger, interval, buffer_bytes
+    def __init__(self, ledger, entries, workers=None, interval=0.2, buffer_bytes=DEFAULT_BUFFER_BYTES, owner=None):
+        """owner -- (uid, gid) each complete file gets before it is hashed (-1 leaves that one), or None."""
+        self.ledger, self.interval, self.buffer_bytes, self.owner = ledger, interval, buffer_bytes, owner
         self.pending = dict((e["path"], e) for e in entries if algorithm_of(e))
         self.files_total, self.bytes_total = len(self.pending), sum(e["size"] for e in self.pending.values())
         self.files_hashed, self.bytes_hashed, self.mismatched = 0, 0, []
@@ -49,14 +51,26 @@ class PipelinedHasher:
         if recorded:
             self.ledger.save()  # a killed download keeps what it hashed
 
+    def _needs_chown(self, st):
+        if self.owner is None:
+            return False
+        uid, gid = self.owner
+        return (uid != -1 and st.st_uid != uid) or (gid != -1 and st.st_gid != gid)
+
     def scan(self):
-        """Submit every pending file that is complete now."""
+        """Submit every pending file that is complete now (given its owner first: a chown later would change its
+        ctime and void the digest)."""
         for path, entry in list(self.pending.items()):
+            full = os.path.join(self.ledger.model_dir, path)
+            now = time.time()
             try:
-                st = os.stat(os.path.join(self.ledger.model_dir, path))
+                st = os.stat(full)
+                if st.st_size == entry["size"] and self._needs_chown(st):
+                    os.chown(full, *self.owner)
+                    continue  # hashed once its new ctime has settled
             except OSError:
                 continue
-            if st.st_size == entry["size"] and settled(st):
+            if st.st_size == entry["size"] and settled(st, now):
                 del self.pending[path]
                 self._pool.submit(self._hash, entry)
 

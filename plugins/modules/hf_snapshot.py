@@ -102,6 +102,14 @@ options:
   hash_workers:
     description: Threads hashing during the download; default the CPUs available to the module.
     type: int
+  owner:
+    description:
+      - User each file of the manifest gets once complete, before it is hashed (a later C(chown) would change its ctime
+        and the digest would no longer count). Unset leaves owners as they are.
+    type: str
+  group:
+    description: Group each file of the manifest gets once complete, before it is hashed; unset leaves groups alone.
+    type: str
   etag_timeout:
     description: Seconds to wait for the hub's metadata answers.
     type: float
@@ -216,7 +224,9 @@ hashed_while_downloading:
   type: dict
 """
 
+import grp
 import os
+import pwd
 import sys
 import time
 import traceback
@@ -225,7 +235,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import hf_download as hfd
 from ansible_collections.llmfleet.vllm.plugins.module_utils.hash_ledger import Ledger
-from ansible_collections.llmfleet.vllm.plugins.module_utils.pipelined_hashing import PipelinedHasher, algorithm_of
+from ansible_collections.llmfleet.vllm.plugins.module_utils.pipelined_hashing import PipelinedHasher
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import (
     MANIFEST_FILENAME, ManifestError, load_manifest, manifest_from_siblings, write_manifest)
 
@@ -286,6 +296,8 @@ def main():
             progress_interval=dict(type="float", default=5),
             hash_while_downloading=dict(type="bool", default=True),
             hash_workers=dict(type="int"),
+            owner=dict(type="str"),
+            group=dict(type="str"),
             etag_timeout=dict(type="float", default=10),
         ),
         required_if=[("offline", False, ("repo_id",))],
@@ -298,6 +310,12 @@ def main():
         module.fail_json(msg="max_workers must be at least 1, got %d" % p["max_workers"])
     if p["hash_workers"] is not None and p["hash_workers"] < 1:
         module.fail_json(msg="hash_workers must be at least 1, got %d" % p["hash_workers"])
+    try:
+        owner = None
+        if p["owner"] or p["group"]:
+            owner = (pwd.getpwnam(p["owner"]).pw_uid if p["owner"] else -1, grp.getgrnam(p["group"]).gr_gid if p["group"] else -1)
+    except KeyError as exc:
+        module.fail_json(msg="owner %r / group %r: no such user or group on the host (%s)" % (p["owner"], p["group"], exc))
     if p["space_margin_bytes"] < 0:
         module.fail_json(msg="space_margin_bytes must not be negative")
     if p["offline"]:
@@ -358,9 +376,8 @@ def main():
         os.makedirs(local_dir, exist_ok=True)
         hasher = None
         if p["hash_while_downloading"]:
-            ledger = Ledger(local_dir)
-            hasher = PipelinedHasher(ledger, [f for f in manifest["files"] if ledger.digest(f["path"], algorithm_of(f)) is None],
-                                     p["hash_workers"]).start()
+            hasher = PipelinedHasher(Ledger(local_dir, fresh=True), manifest["files"], p["hash_workers"],
+                                     owner=owner).start()
         progress = hfd.ProgressWriter(os.path.join(local_dir, hfd.PROGRESS_RELPATH), local_dir, to_download,
                                       p["progress_interval"], extra=hasher.progress if hasher else None).start()
         common = dict(repo_id=p["repo_id"], revision=commit, local_dir=local_dir, token=token,

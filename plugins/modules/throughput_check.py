@@ -158,7 +158,7 @@ options:
     description:
       - Rounds per level at least; each round is the whole level (O(requests_per_level) requests or O(duration_s)
         seconds) with new prompts, and gives one output tok/s sample.
-      - With two rounds or more a level reports the 95 % confidence interval of the samples' mean
+      - With three rounds or more a level reports the 95 % confidence interval of the samples' mean
         (RV(levels[].output_tok_s_ci)), and O(min_output_tok_s) fails a level only when the whole interval is below it.
     type: int
     default: 1
@@ -166,7 +166,8 @@ options:
     description:
       - Rounds per level at most. After O(min_repeats), rounds go on until the interval's half-width is within
         O(target_ci_rel) of the mean, this many rounds ran, or the next round would end after O(repeat_budget_s).
-      - V(1) (with O(min_repeats=1)) measures each level once, without an interval.
+      - V(1) (with O(min_repeats=1)) measures each level once, without an interval. Below O(min_repeats) it counts
+        as O(min_repeats).
     type: int
     default: 1
   target_ci_rel:
@@ -362,7 +363,8 @@ levels:
     output_tok_s_ci:
       description:
         - "Output tok/s over the rounds: C(n mean stdev cv confidence half_width rel_half_width low high stop)."
-        - C(low) and C(high) bound the 95 % confidence interval of the mean (Student's t); null with one round.
+        - C(low) and C(high) bound the 95 % confidence interval of the mean (Student's t); null below three rounds
+          (with two, t is 12.7 and the interval says next to nothing).
         - C(stop) says why the rounds ended (C(single), C(converged), C(max_repeats), C(budget)).
       type: dict
       returned: always

@@ -248,7 +248,7 @@ def test_5_canary_failing_its_gate_stops_the_fleet(fleet):
                            "-e", "rollout_min_tok_s_ratio=1000", "-e", "rollout_canary_rollback=true")
     assert result.returncode != 0, _tail(result)
     assert "canary gate: tiny-llama-a on fleet-r1 reached" in result.stdout, _tail(result)
-    assert "within the 95 % intervals" in result.stdout, _tail(result)  # decided on the intervals (2 rounds a level)
+    assert "within the 95 % interval of the ratio" in result.stdout, _tail(result)  # 3 rounds a level: an interval
     assert _serving("fleet-r1") == "tiny-llama-b" and _healthy("fleet-r1", "tiny-llama-b")
     assert _is_active("fleet-r1", "tiny-llama-a") != "active"
     for host, pid in pids.items():

@@ -18,9 +18,11 @@ def test_interval_uses_students_t():
     assert ci["cv"] == pytest.approx(2 / 12) and ci["rel_half_width"] == pytest.approx(ci["half_width"] / 12)
 
 
-def test_one_sample_has_no_interval():
+def test_fewer_than_three_samples_have_no_interval():
     ci = bench_stats.interval([7.5])
     assert ci["mean"] == 7.5 and ci["low"] is None and ci["high"] is None and ci["cv"] is None
+    ci = bench_stats.interval([7, 9])  # t would be 12.7: the spread is given, no interval
+    assert ci["stdev"] == pytest.approx(math.sqrt(2)) and ci["low"] is None and ci["rel_half_width"] is None
     with pytest.raises(ValueError):
         bench_stats.interval([])
 
@@ -48,6 +50,7 @@ def test_rounds_stop_when_converged_at_max_or_out_of_budget():
     rep = Repeats(minimum=3, maximum=10, target_rel=0.05, budget_s=60)
     tight, wide = bench_stats.interval([100, 101, 100]), bench_stats.interval([80, 120, 100])
     assert rep.stop_reason(bench_stats.interval([100, 100]), 1, 1) is None  # below the minimum
+    assert Repeats(minimum=2, maximum=5).stop_reason(bench_stats.interval([100, 100]), 1, 1) is None  # no interval yet
     assert rep.stop_reason(tight, 3, 1) == "converged"
     assert rep.stop_reason(wide, 3, 1) is None
     assert rep.stop_reason(wide, 55, 6) == "budget"  # the next round would end after 60 s
@@ -58,23 +61,41 @@ def test_rounds_stop_when_converged_at_max_or_out_of_budget():
 
 def _level(concurrency, samples):
     return {"concurrency": concurrency, "output_tok_s": sum(samples) / len(samples),
+            "samples": [{"round": i + 1, "output_tok_s": v} for i, v in enumerate(samples)],
             "output_tok_s_ci": bench_stats.interval(samples)}
 
 
-def test_ratio_gate_fails_a_level_only_beyond_the_intervals():
-    previous = [_level(1, [100, 110, 90]), _level(4, [400, 404, 396])]  # 100 ± 24.8, 400 ± 9.9
+def test_ratio_gate_fails_a_level_only_beyond_noise():
+    previous = [_level(1, [100, 130, 70]), _level(4, [400, 404, 396])]
     new = [_level(1, [75, 85, 80]), _level(4, [300, 302, 298]), _level(8, [9, 9, 9])]
     gate = bench_stats.ratio_gate(new, previous, 0.8)
     assert [lv["concurrency"] for lv in gate["levels"]] == [1, 4]  # c=8 has no previous figure
     by_c = {lv["concurrency"]: lv for lv in gate["levels"]}
     assert by_c[1]["ratio"] == 0.8 and by_c[1]["decided_on"] == "interval"
-    assert by_c[1]["ratio_upper"] > 1.0  # 80 ± 12.4 against 100 ± 24.8: too noisy to call it slower
+    assert by_c[1]["ratio_upper"] > 1.0  # 100 ± 74 before: too noisy to call 80 slower
     assert by_c[4]["ratio"] == 0.75 and by_c[4]["ratio_upper"] < 0.8
     assert [lv["concurrency"] for lv in gate["below"]] == [4]
     assert gate["below"][0]["text"].startswith("0.75× at concurrency 4 (at most 0.7")
 
 
-def test_ratio_gate_on_single_rounds_uses_the_point_ratio():
+def test_ratio_gate_does_not_let_a_clearly_slower_model_through():
+    # Two rounds a side say next to nothing (t = 12.7): the ratio of the means decides; three rounds give an interval.
+    two = bench_stats.ratio_gate([_level(1, [40, 42])], [_level(1, [100, 90])], 0.8)
+    assert two["below"][0]["decided_on"] == "point" and two["below"][0]["ratio"] == 0.432
+    three = bench_stats.ratio_gate([_level(1, [40, 42, 41])], [_level(1, [100, 90, 95])], 0.8)
+    assert three["below"][0]["decided_on"] == "interval" and three["below"][0]["ratio_upper"] < 0.5
+
+
+def test_ratio_gate_on_single_rounds_and_empty_previous_levels():
     gate = bench_stats.ratio_gate([{"concurrency": 1, "output_tok_s": 70.0}], [{"concurrency": 1, "output_tok_s": 100.0}], 0.8)
     assert gate["below"][0]["decided_on"] == "point" and gate["below"][0]["ratio_upper"] is None
-    assert gate["below"][0]["text"] == "0.7× at concurrency 1 (one round each: no interval)"
+    assert gate["below"][0]["text"] == "0.7× at concurrency 1 (fewer than 3 rounds: the ratio of the means)"
+    dead = bench_stats.ratio_gate([_level(1, [5, 5, 5])], [_level(1, [0, 0, 0])], 0.8)
+    assert dead["levels"] == [] and dead["not_comparable"] == [1]
+
+
+def test_ratio_interval_matches_welch_on_logs():
+    point, upper = bench_stats.ratio_interval([2, 2, 2], [1, 1, 1])
+    assert point == 2 and upper == 2  # no spread
+    point, upper = bench_stats.ratio_interval([90, 100, 110], [90, 100, 110])
+    assert point == 1 and 1.2 < upper < 1.3

@@ -496,4 +496,4 @@ def test_throughput_gate_filter_checks_its_input():
         gate_filter.throughput_gate([], [], "fast")
     with pytest.raises(AnsibleFilterError, match="two lists of throughput_check levels"):
         gate_filter.throughput_gate({"concurrency": 1}, [], 0.8)
-    assert gate_filter.throughput_gate([], None, "0.8") == {"min_ratio": 0.8, "levels": [], "below": []}
+    assert gate_filter.throughput_gate([], None, "0.8") == {"min_ratio": 0.8, "levels": [], "below": [], "not_comparable": []}

@@ -76,6 +76,37 @@ def test_a_file_just_written_is_not_recorded(tmp_path):
     assert not recorded  # its ctime is younger than the kernel's timestamp tick could tell apart
 
 
+def test_a_file_written_just_before_a_long_hash_is_not_recorded(tmp_path, monkeypatch):
+    """Settled means settled when the hash began: a write in the same tick during a long read would go unseen."""
+    write(tmp_path / "a.bin", b"x" * 10)
+    real_hash_file = hash_ledger.hash_file
+
+    def slow_hash_file(path, algorithm, buffer=None):
+        time.sleep(hash_ledger.SETTLED_S * 3)  # by its end the ctime is old, but it was not at the start
+        return real_hash_file(path, algorithm, buffer)
+
+    monkeypatch.setattr(hash_ledger, "hash_file", slow_hash_file)
+    _digest, recorded = Ledger(str(tmp_path)).hash_and_record("a.bin", SHA256)
+    assert not recorded
+
+
+def test_whole_second_timestamps_need_a_longer_margin():
+    class Stat:  # a filesystem with 1 s timestamp resolution: ctime has no fraction
+        st_ctime_ns = 1_000_000_000 * 1_800_000_000
+    assert not hash_ledger.settled(Stat, 1_800_000_000.5) and hash_ledger.settled(Stat, 1_800_000_002.5)
+    Stat.st_ctime_ns += 123_456_789
+    assert hash_ledger.settled(Stat, 1_800_000_000.2)
+
+
+def test_a_new_download_run_starts_an_empty_ledger(tmp_path):
+    write(tmp_path / "a.bin", b"x" * 1000)
+    settle()
+    ledger = Ledger(str(tmp_path))
+    ledger.hash_and_record("a.bin", SHA256)
+    ledger.save()
+    assert Ledger(str(tmp_path), fresh=True).entries == {} and Ledger(str(tmp_path)).digest("a.bin", SHA256) is None
+
+
 def test_pipelined_hasher_hashes_each_file_once_it_is_complete(tmp_path):
     done = {"a.bin": b"a" * 3000, "b.bin": b"b" * 5000, "c.json": b'{"c": 1}\n'}
     entries = [{"path": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in done.items()]
@@ -97,6 +128,20 @@ def test_pipelined_hasher_hashes_each_file_once_it_is_complete(tmp_path):
     assert progress["files_hashed"] == 3 and progress["bytes_hashed"] == 8000 + len(done["c.json"])
     assert progress["hash_mismatches"] == ["c.json"]
     assert Ledger(str(tmp_path)).digest("b.bin", SHA256) == entries[1]["sha256"]
+
+
+def test_pipelined_hasher_gives_each_file_its_owner_before_hashing(tmp_path):
+    uid, gid = (65534, 65534) if os.getuid() == 0 else (os.getuid(), os.getgid())
+    data = b"w" * 2048
+    entry = {"path": "w.bin", "size": len(data), "sha256": write(tmp_path / "w.bin", data)}
+    hasher = PipelinedHasher(Ledger(str(tmp_path)), [entry], workers=1, interval=0.02, owner=(uid, gid)).start()
+    deadline = time.time() + 5
+    while hasher.progress()["files_hashed"] < 1 and time.time() < deadline:
+        time.sleep(0.02)
+    hasher.stop()
+    st = os.stat(tmp_path / "w.bin")
+    assert (st.st_uid, st.st_gid) == (uid, gid)
+    assert Ledger(str(tmp_path)).digest("w.bin", SHA256) == entry["sha256"]  # the chown came before the digest
 
 
 @pytest.fixture
