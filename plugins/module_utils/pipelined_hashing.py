@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.file_hashing import (
     DEFAULT_BUFFER_BYTES, GIT_BLOB_SHA1, SHA256, default_workers)
-from ansible_collections.llmfleet.vllm.plugins.module_utils.hash_ledger import settled
+from ansible_collections.llmfleet.vllm.plugins.module_utils.hash_ledger import SETTLED_S, settled
 
 
 def algorithm_of(entry):
@@ -84,11 +84,16 @@ class PipelinedHasher:
         return self
 
     def stop(self):
-        """Stop watching, finish the hashes under way, drop the queued ones (shard_verify hashes those) and save."""
+        """Stop watching, hash what is complete by now (it is read once either way, here or by shard_verify) and save.
+
+        Two last passes, each after the settling margin: the first may only give files their owner."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        for _last_pass in range(2):
+            time.sleep(SETTLED_S + 0.01)
+            self.scan()
+        self._pool.shutdown(wait=True)
         self.ledger.save()
         return self.progress()
 
