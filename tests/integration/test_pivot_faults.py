@@ -464,7 +464,7 @@ def test_benchmark_playbook_measures_what_slot_b_serves(pivot, tmp_path):
                                "-e", "benchmark_prompt_tokens=32", "-e", "benchmark_max_tokens=32",
                                # rounds over half a minute a level: the test bed's speed drifts (bench/repeats.py)
                                "-e", "benchmark_min_repeats=6", "-e", "benchmark_max_repeats=12",
-                               "-e", "benchmark_repeat_budget_s=40", "-e", "benchmark_report_plot=false", *extra],
+                               "-e", "benchmark_repeat_budget_s=25", "-e", "benchmark_report_plot=false", *extra],
                               capture_output=True, text=True, env=env, cwd=REPO, check=False)
 
     result = bench("-e", "slot=b")
