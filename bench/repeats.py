@@ -1,14 +1,16 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Spread of repeated benchmark runs on one model: one short run per level (before) against levels measured in
-rounds until their 95 % interval is within ±5 % (now), on a real systemd test host with vLLM's CPU engine.
+rounds until their 95 % interval is within ±5 % (now), on a real systemd test host with vLLM's CPU engine; and A/A
+verdicts of back-to-back runs against those of one run whose rounds alternate between two sides (the slot against
+itself: interleave_slot).
 
     .venv/bin/python bench/repeats.py [--runs 5] [--concurrency 1 8 32]
 
-Side by side in one run: the two ways alternate (single, rounds, single, rounds, ...) through
-playbooks/benchmark.yml, so both see the same machine. Per level it reports the coefficient of variation of the
-runs' output tok/s (the figure a user reads), the rounds each way took, and the A/A verdicts of consecutive runs
-in rounds (the same model twice: "no significant difference" is right). Prints Markdown for docs/benchmarks.md and
-writes results/bench-repeats.json.
+Side by side in one run: the three ways alternate (single, rounds, interleaved, single, ...) through
+playbooks/benchmark.yml, so all see the same machine. Per level it reports the coefficient of variation of the
+runs' output tok/s (the figure a user reads), the rounds each way took, and the A/A verdicts (the same model twice:
+"no significant difference" is right) of consecutive runs in rounds and of each interleaved run's two sides. Prints
+Markdown for docs/benchmarks.md and writes results/bench-repeats.json.
 """
 from __future__ import annotations
 
@@ -28,11 +30,14 @@ bench_stats = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_stats)
 
 HOST, SSH_PORT, HUB_PORT, PORT, MODEL = "bench-repeats", 2239, 18099, 8731, "tiny-llama-a"
-# One short run per level as the role did before (8 requests), and the role's defaults now (3 to 10 rounds, ±5 %).
+# One short run per level as the role did before (8 requests), the role's defaults now (3 to 10 rounds, ±5 %), and
+# the same with the slot's rounds alternating with its own (an A/A in one run; the budget counts both sides).
+ROUNDS = ["-e", "benchmark_min_repeats=3", "-e", "benchmark_max_repeats=10", "-e", "benchmark_target_ci_rel=0.05",
+          "-e", "benchmark_repeat_budget_s=60"]
 WAYS = {
     "single": ["-e", "benchmark_min_repeats=1", "-e", "benchmark_max_repeats=1"],
-    "rounds": ["-e", "benchmark_min_repeats=3", "-e", "benchmark_max_repeats=10", "-e", "benchmark_target_ci_rel=0.05",
-               "-e", "benchmark_repeat_budget_s=60"],
+    "rounds": ROUNDS,
+    "interleaved": ROUNDS[:-1] + ["benchmark_repeat_budget_s=120", "-e", "interleave_slot=default"],
 }
 
 
@@ -61,6 +66,7 @@ def main() -> None:
               "-e", "benchmark_report_plot=false", "-e", "benchmark_gpu_power=false"]
     records: dict[str, list[dict]] = {way: [] for way in WAYS}
     walls: dict[str, list[float]] = {way: [] for way in WAYS}
+    peers: list[dict] = []
     load_before = tb.load_average()
     tb.hub("start", HUB_PORT)
     tb.machine_up(HOST, SSH_PORT, tb.vllm_image())
@@ -73,9 +79,12 @@ def main() -> None:
                 _result, wall = tb.run_playbook(inventory, os.path.join(tb.REPO, "playbooks", "benchmark.yml"), *common,
                                                 *extra, "-e", f"llmfleet_results_dir={out}",
                                                 log=os.path.join(work, f"{way}-{run}.log"))
-                newest = max(glob.glob(os.path.join(out, HOST, MODEL, "*.json")), key=os.path.getmtime)
+                newest = max(glob.glob(os.path.join(out, HOST, MODEL, "*Z.json")))
                 with open(newest, encoding="utf-8") as fh:
                     records[way].append(json.load(fh))
+                if way == "interleaved":
+                    with open(newest[:-len(".json")] + "-interleaved.json", encoding="utf-8") as fh:
+                        peers.append(json.load(fh))
                 walls[way].append(wall)
                 time.sleep(1)  # two records never share a timestamp
     finally:
@@ -95,6 +104,8 @@ def main() -> None:
         pairs = [bench_stats.compare(b["levels"][i]["output_tok_s_ci"], a["levels"][i]["output_tok_s_ci"])
                  for a, b in zip(records["rounds"], records["rounds"][1:])]
         row["a_a_verdicts"] = pairs
+        row["a_a_interleaved"] = [bench_stats.compare(a["levels"][i]["output_tok_s_ci"], b["levels"][i]["output_tok_s_ci"])
+                                  for a, b in zip(records["interleaved"], peers)]
         rows.append(row)
     summary = {"rows": rows, "wall_s": walls, "runs": args.runs, "logs": work, "load_average_before": load_before,
                "load_average_after": tb.load_average()}
@@ -104,15 +115,17 @@ def main() -> None:
     print(f"\n{args.runs} runs each way, alternating; {MODEL} on vLLM's CPU engine in a test host; 64 + 64 tokens; "
           f"logs under {work}; load before {load_before}, after {summary['load_average_after']}\n")
     print("| concurrency | CV single run | CV in rounds | max/min single | max/min rounds | rounds (median, range) "
-          "| A/A pairs: no significant difference |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+          "| A/A back to back: no significant difference | A/A interleaved: no significant difference |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         same = sum(1 for v in r["a_a_verdicts"] if v == bench_stats.NO_DIFFERENCE)
+        same_interleaved = sum(1 for v in r["a_a_interleaved"] if v == bench_stats.NO_DIFFERENCE)
         print(f"| {r['concurrency']} | {100 * r['single']['cv']:.1f} % | {100 * r['rounds']['cv']:.1f} % | "
               f"{r['single']['max_over_min']:.2f} | {r['rounds']['max_over_min']:.2f} | "
               f"{statistics.median(r['rounds']['rounds']):.0f} ({min(r['rounds']['rounds'])}-{max(r['rounds']['rounds'])}) | "
-              f"{same}/{len(r['a_a_verdicts'])} |")
-    print(f"\nwall per benchmark run: single {tb.spread(walls['single'])} s, rounds {tb.spread(walls['rounds'])} s")
+              f"{same}/{len(r['a_a_verdicts'])} | {same_interleaved}/{len(r['a_a_interleaved'])} |")
+    print(f"\nwall per benchmark run: single {tb.spread(walls['single'])} s, rounds {tb.spread(walls['rounds'])} s, "
+          f"interleaved {tb.spread(walls['interleaved'])} s")
 
 
 if __name__ == "__main__":

@@ -324,10 +324,12 @@ def compare_records(current, previous=None, source="throughput_check"):
             return None
         return {
             "model": rec.get("model"), "host": rec.get("host"), "timestamp": rec.get("timestamp"),
+            "base_url": rec.get("base_url"),
             "path": rec.get("_path"), "time_to_ready_s": rec.get("time_to_ready_s"),
             "peak_tok_s": max([lv["output_tok_s"] for lv in levels.values()] or [0.0]),
             "gpu_power": rec.get("gpu_power") or {"available": False, "reason": "not recorded"},
             "levels": sorted(levels),
+            "interleaved_with": (rec.get("settings") or {}).get("interleaved_with"),
         }
 
     return {
@@ -342,6 +344,24 @@ def compare_records(current, previous=None, source="throughput_check"):
         # "no significant difference" when every common level's intervals overlap; None when a side has no interval.
         "verdict": _overall_verdict(both) if previous is not None else None,
     }
+
+
+def interleaved(cmp):
+    """Whether the two sides were measured in one run, rounds alternating (the previous side is the current's peer)."""
+    cur, prev = cmp["current"], cmp["previous"]
+    peer = (cur or {}).get("interleaved_with") or {}
+    return bool(prev and peer.get("record") and os.path.basename(prev.get("path") or "") == peer["record"])
+
+
+def side_labels(cmp):
+    """Names of the current and previous side: the models, told apart by run time (two runs) or as A and B (one run)."""
+    cur, prev = cmp["current"], cmp["previous"]
+    a, b = cur["model"], prev["model"] if prev else None
+    if prev and a == b:
+        if interleaved(cmp):
+            return "%s (A)" % a, "%s (B)" % b
+        return "%s @%s" % (a, cur["timestamp"]), "%s @%s" % (b, prev["timestamp"])
+    return a, b
 
 
 def _overall_verdict(rows):
@@ -388,14 +408,16 @@ def _ready(seconds):
 def render_markdown(cmp, title=None, plot_name=None):
     """The comparison as Markdown (table per concurrency + summary)."""
     cur, prev = cmp["current"], cmp["previous"]
-    a = cur["model"]
-    b = prev["model"] if prev else None
-    if prev and a == b:  # same model, two runs: tell them apart by time
-        a, b = "%s @%s" % (a, cur["timestamp"]), "%s @%s" % (b, prev["timestamp"])
+    a, b = side_labels(cmp)
     lines = ["# " + (title or ("%s vs %s on %s" % (a, b, cur["host"]) if prev else "%s on %s" % (a, cur["host"]))), ""]
-    lines.append("Source: `%s`; current run %s%s." % (
-        "vllm bench serve" if cmp["source"] == "vllm_bench" else "llmfleet.vllm.throughput_check",
-        cur["timestamp"], ("; previous run %s (%s)" % (prev["timestamp"], prev["host"])) if prev else ""))
+    source = "vllm bench serve" if cmp["source"] == "vllm_bench" else "llmfleet.vllm.throughput_check"
+    if interleaved(cmp):
+        lines.append("Source: `%s`; one run %s, the rounds of %s (%s) and %s (%s) interleaved A B B A …, so that a change "
+                     "of the machine's speed during the run falls on both." % (
+                         source, cur["timestamp"], a, cur["base_url"], b, prev["base_url"]))
+    else:
+        lines.append("Source: `%s`; current run %s%s." % (
+            source, cur["timestamp"], ("; previous run %s (%s)" % (prev["timestamp"], prev["host"])) if prev else ""))
     lines.append("")
     goodput = any(r["current_goodput_tok_s"] is not None or r["previous_goodput_tok_s"] is not None for r in cmp["rows"])
     if prev:
@@ -451,7 +473,8 @@ def render_markdown(cmp, title=None, plot_name=None):
                 cur["model"], prev["model"], cmp["speedup_min"], cmp["speedup_max"]))
             lines.append("Verdict: %s." % (
                 cmp["verdict"] + (" (the 95 % intervals overlap at every level)" if cmp["verdict"] == bench_stats.NO_DIFFERENCE else "")
-                if cmp["verdict"] else "not tested: a level measured in one round has no interval (benchmark_min_repeats >= 2)"))
+                if cmp["verdict"] else "not tested: a level measured in fewer than %d rounds has no interval (benchmark_min_repeats)"
+                % bench_stats.MIN_ROUNDS))
         else:
             lines.append("No concurrency level was measured for both models: no speedup.")
         if cmp["only_current"]:
@@ -477,9 +500,9 @@ def plot_png(cmp, path, title=None):
         series = [("current", cur, "o-", "tab:blue")]
         if prev:
             series.append(("previous", prev, "s--", "tab:orange"))
-        same = prev is not None and prev["model"] == cur["model"]
+        labels = dict(zip(("current", "previous"), side_labels(cmp)))
         for side, info, style, color in series:
-            label = info["model"] + (" @" + str(info["timestamp"]) if same else "")
+            label = labels[side]
             rows = [r for r in cmp["rows"] if r[side + "_tok_s"] is not None]
             if rows:
                 ax1.errorbar([r["concurrency"] for r in rows], [r[side + "_tok_s"] for r in rows], fmt=style, color=color,

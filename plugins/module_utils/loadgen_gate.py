@@ -58,6 +58,9 @@ def validate_params(p):
     base = p.get("base_url") or ""
     if not (base.startswith("http://") or base.startswith("https://")):
         problems.append("base_url must start with http:// or https:// (got %r)" % (base,))
+    peer_url = (p.get("peer") or {}).get("base_url")
+    if p.get("peer") is not None and not (peer_url or "").startswith(("http://", "https://")):
+        problems.append("peer.base_url must start with http:// or https:// (got %r)" % (peer_url,))
     for i, lt in enumerate(p.get("level_thresholds") or []):
         if conc and lt.get("concurrency") not in conc:
             problems.append("level_thresholds[%d].concurrency %r is not one of concurrency %r"

@@ -40,20 +40,38 @@ def round_sample(index, records, t0, t1):
             "tpot_p50_s": stats["tpot_s"]["p50"]}
 
 
-def measure_level(loop, target, spec, body_fn, repeats):
-    """Run rounds of spec; returns (records of every round, seconds under load, samples, output tok/s interval)."""
-    records, samples, busy_s = [], [], 0.0
+def round_order(pair_index, sides):
+    """Side indexes in the order they run in round pair ``pair_index``: A B, then B A, and so on (ABBA), so that a
+    steady drift of the machine's speed falls on every side alike instead of on whichever side always goes second."""
+    order = list(range(sides))
+    return order if pair_index % 2 == 0 else order[::-1]
+
+
+def measure_interleaved(loop, sides, spec, repeats):
+    """Rounds of spec against each (target, body_fn) of sides in turn (see round_order), until every side may stop
+    (Repeats, with the time of the whole turn as the last round's); one (records, seconds under load, samples,
+    interval) per side, in the order of sides."""
+    state = [{"records": [], "samples": [], "busy_s": 0.0} for _side in sides]
     started = time.monotonic()
+    turn = 0
     while True:
-        recs, t0, t1 = loop.run_until_complete(run_level(target, spec, body_fn, loop))
-        records.extend(recs)
-        busy_s += t1 - t0
-        samples.append(round_sample(len(samples) + 1, recs, t0, t1))
-        ci = bench_stats.interval([s["output_tok_s"] for s in samples])
-        reason = repeats.stop_reason(ci, time.monotonic() - started, t1 - t0)
-        if reason:
-            ci["stop"] = reason
-            return records, busy_s, samples, ci
+        turn_s = 0.0
+        for i in round_order(turn, len(sides)):
+            target, body_fn = sides[i]
+            recs, t0, t1 = loop.run_until_complete(run_level(target, spec, body_fn, loop))
+            side = state[i]
+            side["records"].extend(recs)
+            side["busy_s"] += t1 - t0
+            side["samples"].append(round_sample(len(side["samples"]) + 1, recs, t0, t1))
+            turn_s += t1 - t0
+        turn += 1
+        elapsed = time.monotonic() - started
+        cis = [bench_stats.interval([s["output_tok_s"] for s in side["samples"]]) for side in state]
+        reasons = [repeats.stop_reason(ci, elapsed, turn_s) for ci in cis]
+        if all(reasons):
+            for ci, reason in zip(cis, reasons):
+                ci["stop"] = reason
+            return [(side["records"], side["busy_s"], side["samples"], ci) for side, ci in zip(state, cis)]
 
 
 def goodput(records, duration_s, slo_ttft_s=None, slo_tpot_s=None):

@@ -38,6 +38,13 @@ options:
     type: list
     elements: path
     required: true
+  side:
+    description:
+      - V(peer) records the C(peer) part of each throughput_check result (rounds interleaved with the main
+        endpoint's, see its O(llmfleet.vllm.throughput_check#module:peer) option) instead of its main levels.
+    type: str
+    choices: [main, peer]
+    default: main
   vllm_bench_files:
     description: C(vllm bench serve --save-result) JSON files; the level is their C(max_concurrency).
     type: list
@@ -116,6 +123,7 @@ def main():
             model=dict(type="str", required=True),
             timestamp=dict(type="str", required=True),
             throughput_files=dict(type="list", elements="path", required=True),
+            side=dict(type="str", choices=["main", "peer"], default="main"),
             vllm_bench_files=dict(type="list", elements="path"),
             vllm_bench_error=dict(type="str"),
             power_file=dict(type="path"),
@@ -131,6 +139,10 @@ def main():
         results, windows = [], {}
         for path in p["throughput_files"]:
             res = read_json(path, "throughput_check result")
+            if p["side"] == "peer":
+                if not isinstance(res.get("peer"), dict):
+                    raise ReportError("%s has no peer measurements (throughput_check ran without peer)" % path)
+                res = dict(res["peer"], started_at=res.get("started_at"))
             results.append(res)
             end = os.stat(path).st_mtime
             for lvl in res.get("levels") or []:

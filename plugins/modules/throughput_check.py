@@ -183,6 +183,26 @@ options:
   slo_tpot_s:
     description: Time-per-output-token objective (seconds) of RV(levels[].goodput); unset for none.
     type: float
+  peer:
+    description:
+      - A second endpoint measured in the same run, for an A/B comparison that the machine's drift cannot bias.
+        Each level's rounds alternate between O(base_url) and the peer in ABBA order (A B, B A, A B, ...), with
+        new prompts every round, until both sides may stop (O(min_repeats) to O(max_repeats), O(target_ci_rel),
+        O(repeat_budget_s), the budget counting both sides' rounds). Its levels are returned in RV(peer).
+      - The peer may be the same endpoint (an A/A check). Thresholds apply to O(base_url) only, and server
+        metrics are not read (the two sides may share a server).
+    type: dict
+    suboptions:
+      base_url:
+        description: Root URL of the peer server.
+        type: str
+        required: true
+      model:
+        description: Model to request from the peer; default the first one its C(GET /v1/models) lists.
+        type: str
+      api_key:
+        description: Bearer token for the peer; default O(api_key).
+        type: str
 attributes:
   check_mode:
     support: full
@@ -387,6 +407,12 @@ levels:
       type: list
       elements: str
       returned: always
+peer:
+  description:
+    - The peer's measurements, rounds interleaved with those of RV(levels) (C(base_url model levels)); each level
+      has the keys of RV(levels) except the server metrics and thresholds.
+  returned: when O(peer) is set and load was sent
+  type: dict
 metrics_available:
   description: Whether the server's generation token counter could be read.
   returned: unless skipped in check mode
@@ -420,7 +446,7 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import (
     random_prompt,
     run_level,
 )
-from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_rounds import Repeats, goodput, measure_level
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_rounds import Repeats, goodput, measure_interleaved
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_gate import (
     check_level,
     fetch_generation_tokens,
@@ -473,6 +499,11 @@ def argument_spec():
         repeat_budget_s=dict(type="float"),
         slo_ttft_s=dict(type="float"),
         slo_tpot_s=dict(type="float"),
+        peer=dict(type="dict", options=dict(
+            base_url=dict(type="str", required=True),
+            model=dict(type="str"),
+            api_key=dict(type="str", no_log=True),
+        )),
     )
 
 
@@ -487,35 +518,60 @@ def thresholds_for(params, concurrency):
     return th
 
 
+def served_model(target, model, timeout_s):
+    if model:
+        return model
+    models = fetch_models(target, timeout_s)
+    if not models:
+        raise RuntimeError("GET %s returned no model; set the model option" % target.url("/v1/models"))
+    return models[0]
+
+
+def measured_level(concurrency, records, busy_s, samples, ci, params):
+    """A level's figures from every round's records (no server metrics, no thresholds)."""
+    lvl = dict(concurrency=concurrency)
+    lvl.update(level_stats(records, 0.0, busy_s))
+    lvl["samples"], lvl["output_tok_s_ci"] = samples, ci
+    lvl["goodput"] = goodput(records, busy_s, params["slo_ttft_s"], params["slo_tpot_s"])
+    return lvl
+
+
 def run_checks(params, module_warn=None):
     """Run warm-up and every level; returns the result dict (no exit)."""
     target = Target(params["base_url"], params["endpoint"], params["api_key"], params["validate_certs"])
-    model = params["model"]
-    if not model:
-        models = fetch_models(target, params["timeout_s"])
-        if not models:
-            raise RuntimeError("GET %s returned no model; set the model option" % target.url("/v1/models"))
-        model = models[0]
+    model = served_model(target, params["model"], params["timeout_s"])
+    peer, peer_target, peer_model = params["peer"], None, None
+    if peer:
+        peer_target = Target(peer["base_url"], params["endpoint"], peer["api_key"] or params["api_key"],
+                             params["validate_certs"])
+        peer_model = served_model(peer_target, peer["model"], params["timeout_s"])
     metrics_url = params["metrics_url"] or target.url("/metrics")
     rng = make_rng(params["seed"])
     fixed_prompt = params["prompt"]
 
-    def body_fn(_i):
-        prompt = fixed_prompt if fixed_prompt is not None else random_prompt(rng, params["prompt_tokens"] or 32)
-        return build_body(model, params["endpoint"], prompt, params["max_tokens"], params["ignore_eos"],
-                          params["extra_body"])
+    def body_for(name):
+        def body_fn(_i):
+            prompt = fixed_prompt if fixed_prompt is not None else random_prompt(rng, params["prompt_tokens"] or 32)
+            return build_body(name, params["endpoint"], prompt, params["max_tokens"], params["ignore_eos"],
+                              params["extra_body"])
+        return body_fn
 
+    sides = [(target, body_for(model))] + ([(peer_target, body_for(peer_model))] if peer else [])
     result = dict(model=model, endpoint=target.path, event_loop=loop_name(), levels=[], failures=[],
                   metrics_available=False, skipped_load=False)
+    peer_levels = []
     repeats = Repeats(params["min_repeats"], params["max_repeats"], params["target_ci_rel"], params["repeat_budget_s"])
     loop = new_event_loop()
     try:
         if params["warmup_requests"]:
             spec = LoadSpec(1, requests=params["warmup_requests"], timeout_s=params["timeout_s"],
                             keep_chunk_times=False)
-            recs = loop.run_until_complete(run_level(target, spec, body_fn, loop))[0]
+            recs = []
+            for side_target, body_fn in sides:
+                recs.extend(loop.run_until_complete(run_level(side_target, spec, body_fn, loop))[0])
             result["warmup"] = dict(completed=sum(1 for r in recs if r.ok), failed=sum(1 for r in recs if not r.ok))
-        want_metrics = params["check_metrics"]
+        # The peer may be the same server: its counter would count both sides.
+        want_metrics = params["check_metrics"] and not peer
         for c in params["concurrency"]:
             n = params["requests_per_level"]
             if n is None and params["duration_s"] is None:
@@ -529,11 +585,10 @@ def run_checks(params, module_warn=None):
                     result["metrics_error"] = err
                     if module_warn:
                         module_warn("server metrics unavailable, no cross-check: %s" % err)
-            recs, busy_s, samples, ci = measure_level(loop, target, spec, body_fn, repeats)
-            lvl = dict(concurrency=c)
-            lvl.update(level_stats(recs, 0.0, busy_s))
-            lvl["samples"], lvl["output_tok_s_ci"] = samples, ci
-            lvl["goodput"] = goodput(recs, busy_s, params["slo_ttft_s"], params["slo_tpot_s"])
+            measured = measure_interleaved(loop, sides, spec, repeats)
+            lvl = measured_level(c, *measured[0], params=params)
+            if peer:
+                peer_levels.append(measured_level(c, *measured[1], params=params))
             lvl["server_generation_tokens"] = None
             lvl["server_output_tok_s"] = None
             lvl["metrics_ratio"] = None
@@ -555,6 +610,8 @@ def run_checks(params, module_warn=None):
             result["levels"].append(lvl)
     finally:
         loop.close()
+    if peer:
+        result["peer"] = dict(base_url=peer["base_url"], model=peer_model, levels=peer_levels)
     result["passed"] = not result["failures"]
     return result
 
@@ -600,6 +657,9 @@ def main():
         result["results_path"] = path
     summary = ", ".join("c=%d: %s tok/s, %d/%d ok" % (lv["concurrency"], _tok_s(lv), lv["completed"], lv["requests"])
                         for lv in result["levels"])
+    if "peer" in result:
+        summary += "; interleaved with %s at %s: " % (result["peer"]["model"], result["peer"]["base_url"]) + ", ".join(
+            "c=%d: %s tok/s" % (lv["concurrency"], _tok_s(lv)) for lv in result["peer"]["levels"])
     if result["failures"] and p["fail_on_threshold"]:
         module.fail_json(msg="throughput check failed: " + " | ".join(result["failures"]), changed=False, **result)
     result["msg"] = ("throughput check passed: " if result["passed"] else "throughput check below thresholds: ") + summary

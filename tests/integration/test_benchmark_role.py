@@ -169,6 +169,26 @@ def test_two_models_compared(stream_server, tmp_path):
     assert png_size(new["plot"]) == (1500, 420)
     assert os.path.dirname(new["report"]) == str(tmp_path / "results" / "reports" / "localhost")
 
+    # Both endpoints in one run, rounds alternating: a record each, compared with each other.
+    rc, both, out = run_role(tmp_path, base_vars(tmp_path, fast.base_url, benchmark_interleave_base_url=slow.base_url + "/v1",
+                                                 benchmark_min_repeats=3, benchmark_max_repeats=3))
+    assert rc == 0 and both["ok"], out
+    main, ts = both["result"], both["result"]["timestamp"]
+    peer_file = tmp_path / "host-results" / "model-old" / (ts + "-interleaved.json")
+    peer = json.loads(peer_file.read_text())
+    check_record(main, "model-new", [1, 4])
+    check_record(peer, "model-old", [1, 4])
+    assert main["settings"]["interleaved_with"] == {"model": "model-old", "base_url": slow.base_url,
+                                                    "record": peer_file.name}
+    assert peer["settings"]["interleaved_with"]["record"] == ts + ".json" and peer["timestamp"] == ts
+    assert peer["vllm_bench"] is None and peer["time_to_ready_s"] is None
+    assert "interleaved" in main["gpu_power"]["reason"], main["gpu_power"]
+    for side in (main, peer):
+        assert [len(lv["samples"]) for lv in side["levels"]] == [3, 3] and [lv["requests"] for lv in side["levels"]] == [24, 24]
+    assert both["previous"] == str(tmp_path / "results" / "localhost" / "model-old" / peer_file.name)
+    assert "the rounds of model-new (%s) and model-old (%s) interleaved" % (fast.base_url, slow.base_url) in both["markdown"]
+    assert "Verdict: faster at concurrency 1; faster at concurrency 4." in both["markdown"], both["markdown"]
+
 
 def test_cli_strings_and_report_without_matplotlib(stream_server, tmp_path):
     """-e strings behave as typed, and a controller python without matplotlib still gets the Markdown report."""
@@ -217,6 +237,18 @@ def test_endpoint_down_is_a_clear_failure(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_interleaved_peer_that_does_not_serve_is_named_before_any_load(stream_server, tmp_path):
+    srv = stream_server()
+    rc, res, out = run_role(tmp_path, base_vars(tmp_path, srv.base_url, benchmark_interleave_base_url="http://127.0.0.1:9"))
+    assert res and res["ok"] is False, out
+    assert "benchmark_interleave_base_url http://127.0.0.1:9/v1/models is not serving" in res["msg"], res["msg"]
+    rc, res, out = run_role(tmp_path, base_vars(tmp_path, srv.base_url, benchmark_interleave_base_url=srv.base_url,
+                                                benchmark_interleave_model="other"))
+    assert res and res["ok"] is False, out
+    assert "serves fixture-model, not benchmark_interleave_model other" in res["msg"], res["msg"]
+    assert srv.metric("fixture_posts_total") == 0 and not (tmp_path / "results").exists()
+
+
 def test_unknown_model_named(stream_server, tmp_path):
     srv = stream_server()
     rc, res, out = run_role(tmp_path, base_vars(tmp_path, srv.base_url, benchmark_model="nope"))
@@ -234,6 +266,9 @@ BAD_VARIABLES = [
     ({"benchmark_max_error_rate": 2}, "benchmark_max_error_rate must be between 0 and 1, got 2"),
     ({"benchmark_requests_per_level": -1}, "benchmark_requests_per_level must be >= 0, got -1"),
     ({"benchmark_base_url": "127.0.0.1:8000"}, "benchmark_base_url must be an http(s) URL"),
+    ({"benchmark_interleave_base_url": "slot-a"}, "benchmark_interleave_base_url must be an http(s) URL or empty, got slot-a"),
+    ({"benchmark_interleave_base_url": "http://127.0.0.1:9", "benchmark_compare_to": "m"},
+     "benchmark_interleave_base_url and benchmark_compare_to exclude each other"),
 ]
 
 

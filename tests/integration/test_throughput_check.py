@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_stats
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 # The module runs on the target with its system python (stdlib only): use the host's.
@@ -220,6 +222,7 @@ def test_api_key_from_env_is_not_logged(stream_server, tmp_path):
     ({"concurrency": [1], "level_thresholds": [{"concurrency": 9, "min_output_tok_s": 1}]},
      "level_thresholds[0].concurrency 9 is not one of concurrency [1]"),
     ({"concurrency": [1], "endpoint": "embeddings"}, "value of endpoint must be one of"),
+    ({"concurrency": [1], "peer": {"base_url": "localhost:8000"}}, "peer.base_url must start with http:// or https://"),
 ])
 def test_bad_options(stream_server, tmp_path, args, fragment):
     srv = stream_server()
@@ -270,6 +273,42 @@ def test_rounds_stop_at_max_repeats_or_the_time_budget(stream_server, tmp_path):
     lv = r["levels"][0]
     assert lv["output_tok_s_ci"]["stop"] == "budget" and 2 <= len(lv["samples"]) < 100000
     assert lv["duration_s"] <= 1.5, lv["duration_s"]
+
+
+def test_interleaved_rounds_cancel_the_drift_that_back_to_back_runs_read_as_a_difference(stream_server, tmp_path):
+    """A server that halves its speed after 32 requests: two back-to-back runs against it read 'slower' although nothing
+    but the machine changed; the same endpoint as its own peer, rounds alternating A B B A, reads no significant
+    difference; a peer that really is slower is called so, and each server gets exactly its own rounds."""
+    common = {"concurrency": [2], "requests_per_level": 8, "max_tokens": 16, "warmup_requests": 0, "min_repeats": 4,
+              "max_repeats": 4}
+    drifting = stream_server("--token-delay", "0.003", "--slow-after", "32", "--slow-factor", "2")
+    runs = []
+    for _run in range(2):
+        rc, r, out = run_module(tmp_path, dict(common, base_url=drifting.base_url))
+        assert rc == 0, out
+        runs.append(r["levels"][0]["output_tok_s_ci"])
+    assert bench_stats.compare(runs[1], runs[0]) == "slower", runs
+
+    drifting = stream_server("--token-delay", "0.003", "--slow-after", "32", "--slow-factor", "2")
+    rc, r, out = run_module(tmp_path, dict(common, base_url=drifting.base_url, peer={"base_url": drifting.base_url}))
+    assert rc == 0, out
+    a, b = r["levels"][0], r["peer"]["levels"][0]
+    assert len(a["samples"]) == len(b["samples"]) == 4 and a["requests"] == b["requests"] == 32, (a, b)
+    # A B B A A B B A: each side had two rounds before the slowdown and two after.
+    assert [s["output_tok_s"] > a["output_tok_s_ci"]["mean"] for s in a["samples"]] == [True, True, False, False], a["samples"]
+    assert [s["output_tok_s"] > b["output_tok_s_ci"]["mean"] for s in b["samples"]] == [True, True, False, False], b["samples"]
+    assert bench_stats.compare(a["output_tok_s_ci"], b["output_tok_s_ci"]) == bench_stats.NO_DIFFERENCE, (a, b)
+    assert r["levels"][0]["server_generation_tokens"] is None  # one server behind both sides: no counter check
+    assert drifting.metric("fixture_posts_total") == 64
+
+    fast, slow = stream_server("--token-delay", "0.002"), stream_server("--token-delay", "0.008", "--model-name", "peer-model")
+    rc, r, out = run_module(tmp_path, dict(common, base_url=fast.base_url, peer={"base_url": slow.base_url + "/v1"},
+                                           warmup_requests=1))
+    assert rc == 0, out
+    assert r["peer"]["model"] == "peer-model" and r["peer"]["base_url"] == slow.base_url + "/v1"
+    assert bench_stats.compare(r["levels"][0]["output_tok_s_ci"], r["peer"]["levels"][0]["output_tok_s_ci"]) == "faster", r
+    assert fast.metric("fixture_posts_total") == slow.metric("fixture_posts_total") == 1 + 32
+    assert "interleaved with peer-model" in r["msg"], r["msg"]
 
 
 def test_goodput_counts_the_requests_within_the_slos(stream_server, tmp_path):

@@ -156,7 +156,7 @@ def test_comparison_rows_and_speedups():
             "| minimax-m25 errors | kimi-k25 errors |") in md
     assert "| 1 | 84.0 | 61.0 | 1.38× | — | 500 ms | 500 ms | 0/8 | 0/8 |" in md
     assert "| 128 | 2500.0 | 1239.0 | 2.02× | — |" in md
-    assert "Verdict: not tested: a level measured in one round has no interval" in md
+    assert "Verdict: not tested: a level measured in fewer than 3 rounds has no interval" in md
     assert "| Time to ready | 75 s | 780 s (13.0 min) |" in md
     assert "Speedup (minimax-m25 over kimi-k25, output tok/s): 1.38× to 2.02×." in md
     assert "![output tok/s vs concurrency](x.png)" in md
@@ -326,3 +326,24 @@ def test_disjoint_intervals_say_faster_or_slower_per_level():
 def test_one_round_on_either_side_gives_no_verdict():
     cmp = br.compare_records(rounds_record("new", {1: [100, 101, 99]}), record("old", {1: 100.0}))
     assert cmp["rows"][0]["verdict"] is None and cmp["verdict"] is None
+
+
+def test_interleaved_a_a_names_the_sides_a_and_b_and_says_one_run(tmp_path):
+    main = rounds_record("m", {1: [100, 96, 90, 88]}, ts="20261203T100000Z")
+    peer = rounds_record("m", {1: [99, 97, 89, 87]}, ts="20261203T100000Z")
+    main["base_url"] = peer["base_url"] = "http://127.0.0.1:8002"
+    main["settings"]["interleaved_with"] = {"model": "m", "base_url": "http://127.0.0.1:8002",
+                                            "record": "20261203T100000Z-interleaved.json"}
+    write(tmp_path / "m" / "20261203T100000Z.json", main)
+    peer_path = write(tmp_path / "m" / "20261203T100000Z-interleaved.json", peer)
+    cmp = br.compare_records(main, br.load_record(peer_path))
+    assert br.interleaved(cmp) and br.side_labels(cmp) == ("m (A)", "m (B)")
+    md = br.render_markdown(cmp)
+    assert "| Concurrency | m (A) tok/s | m (B) tok/s |" in md, md
+    assert "one run 20261203T100000Z, the rounds of m (A) (http://127.0.0.1:8002) and m (B) (http://127.0.0.1:8002) interleaved" in md
+    assert "Verdict: no significant difference" in md
+    # A record that is not the peer of the current one is another run, told apart by time.
+    other = br.compare_records(main, rounds_record("m", {1: [99, 97, 89]}, ts="20261203T090000Z"))
+    assert not br.interleaved(other) and br.side_labels(other) == ("m @20261203T100000Z", "m @20261203T090000Z")
+    # The newest record of the model by name is the main one, not its interleaved peer.
+    assert br.find_previous("m", str(tmp_path.parent), tmp_path.name).endswith("20261203T100000Z.json")

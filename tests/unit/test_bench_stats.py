@@ -7,7 +7,7 @@ import math
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_stats
-from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_rounds import Repeats
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_rounds import Repeats, round_order
 
 
 def test_interval_uses_students_t():
@@ -99,3 +99,8 @@ def test_ratio_interval_matches_welch_on_logs():
     assert point == 2 and upper == 2  # no spread
     point, upper = bench_stats.ratio_interval([90, 100, 110], [90, 100, 110])
     assert point == 1 and 1.2 < upper < 1.3
+
+
+def test_interleaved_rounds_run_a_b_then_b_a():
+    assert [round_order(turn, 2) for turn in range(4)] == [[0, 1], [1, 0], [0, 1], [1, 0]]
+    assert [round_order(turn, 1) for turn in range(2)] == [[0], [0]]
