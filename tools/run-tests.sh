@@ -11,14 +11,25 @@ mkdir -p "$logs"
 stamp() { date -u +%H:%M:%S; }
 step() { printf '\n=== [%s] %s\n' "$(stamp)" "$*"; }
 
-step "lint"; make -s lint || exit 1
-step "sanity"; make -s sanity || exit 1
-step "unit"; make -s unit || exit 1
-step "bench smoke"; make -s bench-smoke >"$logs/bench-smoke.log" 2>&1 || { tail -40 "$logs/bench-smoke.log"; exit 1; }
+# The test-bed images mostly wait on downloads (Debian's mirror, PyPI): they build while the static checks and unit
+# tests use the CPUs, and nothing before the long suites needs them.
+step "test-bed images in the background (debootstrap base, vLLM CPU engine via roles/vllm_install; log: tests/output/logs/images.log)"
+# setsid: its own process group, so that a failed check stops debootstrap and pip with it.
+setsid bash -c 'tools/testbed/testbed.sh build && tools/testbed/vllm-image.sh' >"$logs/images.log" 2>&1 &
+images=$!
+stop_images() { kill -- "-$images" 2>/dev/null; wait "$images" 2>/dev/null; }
+# Its own session does not get the terminal's Ctrl-C or CI's TERM: pass them on.
+trap 'stop_images; exit 130' INT TERM
 
-step "test-bed images (debootstrap base, vLLM CPU engine via roles/vllm_install)"
-tools/testbed/testbed.sh build || exit 1
-tools/testbed/vllm-image.sh >"$logs/vllm-image.log" 2>&1 || { tail -50 "$logs/vllm-image.log"; exit 1; }
+step "lint"; make -s lint || { stop_images; exit 1; }
+step "sanity"; make -s sanity || { stop_images; exit 1; }
+step "unit"; make -s unit || { stop_images; exit 1; }
+step "bench smoke"; make -s bench-smoke >"$logs/bench-smoke.log" 2>&1 || { tail -40 "$logs/bench-smoke.log"; stop_images; exit 1; }
+
+step "test-bed images: waiting for them"
+wait "$images" || { tail -50 "$logs/images.log"; exit 1; }
+trap - INT TERM
+grep -E "^\[testbed\]" "$logs/images.log" | tail -5
 
 step "integration and molecule, in parallel (logs: tests/output/logs/)"
 # Each stream stops itself in time to print what it did (CI stops the whole job at 90 min): pytest

@@ -350,7 +350,8 @@ def interleaved(cmp):
     """Whether the two sides were measured in one run, rounds alternating (the previous side is the current's peer)."""
     cur, prev = cmp["current"], cmp["previous"]
     peer = (cur or {}).get("interleaved_with") or {}
-    return bool(prev and peer.get("record") and os.path.basename(prev.get("path") or "") == peer["record"])
+    return bool(prev and peer.get("record") and os.path.basename(prev.get("path") or "") == peer["record"]
+                and (prev["host"], prev["timestamp"]) == (cur["host"], cur["timestamp"]))
 
 
 def side_labels(cmp):
@@ -469,8 +470,7 @@ def render_markdown(cmp, title=None, plot_name=None):
     lines.append("")
     if prev:
         if cmp["speedup_min"] is not None:
-            lines.append("Speedup (%s over %s, output tok/s): %.2f× to %.2f×." % (
-                cur["model"], prev["model"], cmp["speedup_min"], cmp["speedup_max"]))
+            lines.append("Speedup (%s over %s, output tok/s): %.2f× to %.2f×." % (a, b, cmp["speedup_min"], cmp["speedup_max"]))
             lines.append("Verdict: %s." % (
                 cmp["verdict"] + (" (the 95 % intervals overlap at every level)" if cmp["verdict"] == bench_stats.NO_DIFFERENCE else "")
                 if cmp["verdict"] else "not tested: a level measured in fewer than %d rounds has no interval (benchmark_min_repeats)"

@@ -3,7 +3,7 @@
 """A load level measured in rounds until its throughput is known well enough, and goodput under SLOs."""
 from __future__ import annotations
 
-import time
+from time import perf_counter
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_stats
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import level_stats, rate, run_level
@@ -32,28 +32,30 @@ class Repeats:
         return None
 
 
-def round_sample(index, records, t0, t1):
+def round_sample(index, records, t0, t1, level_t0):
     stats = level_stats(records, t0, t1)
-    return {"round": index, "requests": stats["requests"], "completed": stats["completed"], "failed": stats["failed"],
-            "duration_s": round(stats["duration_s"], 4), "output_tok_s": round(stats["output_tok_s"], 3),
-            "request_s": round(stats["request_s"], 4), "ttft_p50_s": stats["ttft_s"]["p50"],
-            "tpot_p50_s": stats["tpot_s"]["p50"]}
+    return {"round": index, "start_s": round(t0 - level_t0, 3), "requests": stats["requests"],
+            "completed": stats["completed"], "failed": stats["failed"], "duration_s": round(stats["duration_s"], 4),
+            "output_tok_s": round(stats["output_tok_s"], 3), "request_s": round(stats["request_s"], 4),
+            "ttft_p50_s": stats["ttft_s"]["p50"], "tpot_p50_s": stats["tpot_s"]["p50"]}
 
 
-def round_order(pair_index, sides):
-    """Side indexes in the order they run in round pair ``pair_index``: A B, then B A, and so on (ABBA), so that a
-    steady drift of the machine's speed falls on every side alike instead of on whichever side always goes second."""
+def round_order(turn, sides):
+    """Side indexes in the order they run in turn ``turn``: A B, then B A, and so on (ABBA), so that a steady drift
+    of the machine's speed falls on every side alike instead of on whichever side always goes second."""
     order = list(range(sides))
-    return order if pair_index % 2 == 0 else order[::-1]
+    return order if turn % 2 == 0 else order[::-1]
 
 
 def measure_interleaved(loop, sides, spec, repeats):
     """Rounds of spec against each (target, body_fn) of sides in turn (see round_order), until every side may stop
-    (Repeats, with the time of the whole turn as the last round's); one (records, seconds under load, samples,
-    interval) per side, in the order of sides."""
+    (Repeats); one (records, seconds under load, samples, interval) per side, in the order of sides.
+
+    With two sides or more, rounds end only after whole A B B A blocks (a steady drift then weighs the same on each
+    side), unless max_repeats comes first; the budget looks one block ahead."""
     state = [{"records": [], "samples": [], "busy_s": 0.0} for _side in sides]
-    started = time.monotonic()
-    turn = 0
+    block = 1 if len(sides) == 1 else 2
+    level_t0, turn = perf_counter(), 0
     while True:
         turn_s = 0.0
         for i in round_order(turn, len(sides)):
@@ -62,12 +64,13 @@ def measure_interleaved(loop, sides, spec, repeats):
             side = state[i]
             side["records"].extend(recs)
             side["busy_s"] += t1 - t0
-            side["samples"].append(round_sample(len(side["samples"]) + 1, recs, t0, t1))
+            side["samples"].append(round_sample(len(side["samples"]) + 1, recs, t0, t1, level_t0))
             turn_s += t1 - t0
         turn += 1
-        elapsed = time.monotonic() - started
         cis = [bench_stats.interval([s["output_tok_s"] for s in side["samples"]]) for side in state]
-        reasons = [repeats.stop_reason(ci, elapsed, turn_s) for ci in cis]
+        if turn % block and turn < repeats.maximum:
+            continue
+        reasons = [repeats.stop_reason(ci, perf_counter() - level_t0, block * turn_s) for ci in cis]
         if all(reasons):
             for ci, reason in zip(cis, reasons):
                 ci["stop"] = reason

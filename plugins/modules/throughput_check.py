@@ -175,7 +175,9 @@ options:
     type: float
     default: 0.05
   repeat_budget_s:
-    description: Seconds per level after which no new round starts once O(min_repeats) ran; unset for no limit.
+    description:
+      - Seconds per level after which no new round starts once O(min_repeats) ran; unset for no limit.
+      - With O(peer), the rounds of both sides count.
     type: float
   slo_ttft_s:
     description: Time-to-first-token objective (seconds) of RV(levels[].goodput); unset for none.
@@ -188,7 +190,9 @@ options:
       - A second endpoint measured in the same run, for an A/B comparison that the machine's drift cannot bias.
         Each level's rounds alternate between O(base_url) and the peer in ABBA order (A B, B A, A B, ...), with
         new prompts every round, until both sides may stop (O(min_repeats) to O(max_repeats), O(target_ci_rel),
-        O(repeat_budget_s), the budget counting both sides' rounds). Its levels are returned in RV(peer).
+        O(repeat_budget_s), the budget counting both sides' rounds). Rounds end only after whole A B B A blocks (an
+        even number a side, so that a steady drift weighs the same on both) unless O(max_repeats) comes first. Its
+        levels are returned in RV(peer).
       - The peer may be the same endpoint (an A/A check). Thresholds apply to O(base_url) only, and server
         metrics are not read (the two sides may share a server).
     type: dict
@@ -201,7 +205,7 @@ options:
         description: Model to request from the peer; default the first one its C(GET /v1/models) lists.
         type: str
       api_key:
-        description: Bearer token for the peer; default O(api_key).
+        description: Bearer token for the peer; default O(api_key), which is then sent to the peer too.
         type: str
 attributes:
   check_mode:
@@ -375,7 +379,8 @@ levels:
       returned: always
     samples:
       description:
-        - "One entry per round: C(round requests completed failed duration_s output_tok_s request_s ttft_p50_s tpot_p50_s)."
+        - "One entry per round: C(round start_s requests completed failed duration_s output_tok_s request_s ttft_p50_s
+          tpot_p50_s); C(start_s) is when the round began, in seconds since the level's first round began."
         - The level's other figures pool every round (durations summed).
       type: list
       elements: dict

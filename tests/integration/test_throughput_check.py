@@ -276,12 +276,12 @@ def test_rounds_stop_at_max_repeats_or_the_time_budget(stream_server, tmp_path):
 
 
 def test_interleaved_rounds_cancel_the_drift_that_back_to_back_runs_read_as_a_difference(stream_server, tmp_path):
-    """A server that halves its speed after 32 requests: two back-to-back runs against it read 'slower' although nothing
+    """A server that slows down 4x after 32 requests: two back-to-back runs against it read 'slower' although nothing
     but the machine changed; the same endpoint as its own peer, rounds alternating A B B A, reads no significant
     difference; a peer that really is slower is called so, and each server gets exactly its own rounds."""
     common = {"concurrency": [2], "requests_per_level": 8, "max_tokens": 16, "warmup_requests": 0, "min_repeats": 4,
               "max_repeats": 4}
-    drifting = stream_server("--token-delay", "0.003", "--slow-after", "32", "--slow-factor", "2")
+    drifting = stream_server("--token-delay", "0.003", "--slow-after", "32", "--slow-factor", "4")
     runs = []
     for _run in range(2):
         rc, r, out = run_module(tmp_path, dict(common, base_url=drifting.base_url))
@@ -289,12 +289,14 @@ def test_interleaved_rounds_cancel_the_drift_that_back_to_back_runs_read_as_a_di
         runs.append(r["levels"][0]["output_tok_s_ci"])
     assert bench_stats.compare(runs[1], runs[0]) == "slower", runs
 
-    drifting = stream_server("--token-delay", "0.003", "--slow-after", "32", "--slow-factor", "2")
+    drifting = stream_server("--token-delay", "0.003", "--slow-after", "32", "--slow-factor", "4")
     rc, r, out = run_module(tmp_path, dict(common, base_url=drifting.base_url, peer={"base_url": drifting.base_url}))
     assert rc == 0, out
     a, b = r["levels"][0], r["peer"]["levels"][0]
     assert len(a["samples"]) == len(b["samples"]) == 4 and a["requests"] == b["requests"] == 32, (a, b)
     # A B B A A B B A: each side had two rounds before the slowdown and two after.
+    order = sorted([(s["start_s"], "A") for s in a["samples"]] + [(s["start_s"], "B") for s in b["samples"]])
+    assert "".join(side for _start, side in order) == "ABBAABBA", order
     assert [s["output_tok_s"] > a["output_tok_s_ci"]["mean"] for s in a["samples"]] == [True, True, False, False], a["samples"]
     assert [s["output_tok_s"] > b["output_tok_s_ci"]["mean"] for s in b["samples"]] == [True, True, False, False], b["samples"]
     assert bench_stats.compare(a["output_tok_s_ci"], b["output_tok_s_ci"]) == bench_stats.NO_DIFFERENCE, (a, b)
