@@ -697,6 +697,10 @@ class _Worker(object):
                 conn.waiter = None
             if not rec.end:
                 rec.end = perf_counter()
+            if rec.error is None and rec.end - rec.start > spec.timeout_s:
+                # The loop woke up late (a loaded machine) with the whole answer already read: the timer had no chance.
+                rec.error = "timeout"
+                rec.error_detail = "no complete response within %ss (took %.3fs)" % (spec.timeout_s, rec.end - rec.start)
             parser = conn.parser
             conn.parser = None
             if rec.error == "connection" and reused and conn.received == 0 and attempt == 0:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -364,6 +367,36 @@ def test_client_timeout():
     recs, _state = _run_client([stall], 2, concurrency=2, timeout=0.3)
     assert [r.error for r in recs] == ["timeout", "timeout"]
     assert all(0.25 < r.latency < 1.0 for r in recs)
+
+
+def test_client_timeout_holds_when_the_loop_wakes_up_late():
+    """A loaded machine: the event loop is held up past the request's deadline, and when it wakes the whole answer
+    is already in the socket, so it is read before the timer fires. The request still took too long: a timeout."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def answer():
+        conn, _addr = listener.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n{}" not in data:
+                data += conn.recv(65536)
+            time.sleep(0.1)
+            conn.sendall(stream(3))
+            time.sleep(1.0)
+
+    server = threading.Thread(target=answer, daemon=True)
+    server.start()
+
+    async def main():
+        asyncio.get_running_loop().call_later(0.05, time.sleep, 0.5)  # the loop is held up from 0.05 to 0.55 s
+        target = lg.Target("http://127.0.0.1:%d" % listener.getsockname()[1])
+        return (await lg.run_level(target, lg.LoadSpec(1, requests=1, timeout_s=0.2), lambda i: b"{}"))[0]
+
+    recs = asyncio.run(main())
+    listener.close()
+    assert recs[0].error == "timeout" and "0.2" in recs[0].error_detail and recs[0].latency > 0.2, (recs[0].error, recs[0].error_detail, recs[0].latency)
 
 
 def test_client_not_sse_response():
