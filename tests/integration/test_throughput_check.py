@@ -313,6 +313,28 @@ def test_interleaved_rounds_cancel_the_drift_that_back_to_back_runs_read_as_a_di
     assert "interleaved with peer-model" in r["msg"], r["msg"]
 
 
+@pytest.mark.parametrize("peer, min_repeats, max_repeats, order", [
+    (False, 3, 10, "AAA"),            # one side: as few rounds as the rule allows
+    (True, 3, 10, "ABBAABBA"),        # two: whole A B B A blocks, 4 rounds a side
+    (True, 3, 3, "ABBAAB"),           # ... unless max_repeats comes first
+    (True, 1, 1, "AB"),
+])
+def test_interleaved_rounds_end_after_whole_abba_blocks(stream_server, tmp_path, peer, min_repeats, max_repeats, order):
+    """A target so wide (±1000 %) that every level converges as soon as it has an interval: only the stop rule decides
+    how many rounds each side gets, and the rounds' start times give their order."""
+    srv = stream_server("--token-delay", "0.001")
+    args = {"base_url": srv.base_url, "concurrency": [2], "requests_per_level": 4, "max_tokens": 4, "warmup_requests": 0,
+            "min_repeats": min_repeats, "max_repeats": max_repeats, "target_ci_rel": 10.0}
+    if peer:
+        args["peer"] = {"base_url": srv.base_url}
+    rc, r, out = run_module(tmp_path, args)
+    assert rc == 0, out
+    sides = [("A", r["levels"][0])] + ([("B", r["peer"]["levels"][0])] if peer else [])
+    starts = sorted((sample["start_s"], name) for name, level in sides for sample in level["samples"])
+    assert "".join(name for _start, name in starts) == order, starts
+    assert srv.metric("fixture_posts_total") == 4 * len(order)
+
+
 def test_goodput_counts_the_requests_within_the_slos(stream_server, tmp_path):
     srv = stream_server("--ttft-delay", "0.05", "--token-delay", "0.001")
     common = {"base_url": srv.base_url, "concurrency": [2], "requests_per_level": 6, "max_tokens": 8, "warmup_requests": 0}

@@ -2,13 +2,11 @@
 """Confidence intervals, verdicts and the stopping rule of repeated rounds."""
 from __future__ import annotations
 
-import asyncio
 import math
 
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_stats
-from ansible_collections.llmfleet.vllm.plugins.module_utils import loadgen_rounds
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_rounds import Repeats, round_order
 
 
@@ -106,37 +104,3 @@ def test_ratio_interval_matches_welch_on_logs():
 def test_interleaved_rounds_run_a_b_then_b_a():
     assert [round_order(turn, 2) for turn in range(4)] == [[0, 1], [1, 0], [0, 1], [1, 0]]
     assert [round_order(turn, 1) for turn in range(2)] == [[0], [0]]
-
-
-def _fake_rounds(monkeypatch, calls):
-    """run_level and level_stats of loadgen_rounds replaced: every round of target T is recorded in calls and
-    measures 100 tok/s (the intervals converge at once), so only the stop rule decides how many rounds run."""
-    async def run_level(target, _spec, _body_fn, _loop):
-        calls.append(target)
-        return [target], 1.0, 1.5
-
-    def level_stats(_records, t0, t1):
-        return {"requests": 1, "completed": 1, "failed": 0, "duration_s": t1 - t0, "output_tok_s": 100.0,
-                "request_s": 2.0, "ttft_s": {"p50": 0.1}, "tpot_s": {"p50": 0.01}}
-
-    monkeypatch.setattr(loadgen_rounds, "run_level", run_level)
-    monkeypatch.setattr(loadgen_rounds, "level_stats", level_stats)
-
-
-@pytest.mark.parametrize("sides, minimum, maximum, order", [
-    ("A", 3, 10, "AAA"),            # one side: as few rounds as the rule allows
-    ("AB", 3, 10, "ABBAABBA"),   # two: whole A B B A blocks, 4 rounds a side
-    ("AB", 3, 3, "ABBAAB"),         # ... unless max_repeats comes first
-    ("AB", 1, 1, "AB"),
-])
-def test_interleaved_rounds_end_after_whole_abba_blocks(monkeypatch, sides, minimum, maximum, order):
-    calls = []
-    _fake_rounds(monkeypatch, calls)
-    loop = asyncio.new_event_loop()
-    try:
-        measured = loadgen_rounds.measure_interleaved(loop, [(name, None) for name in sides], None,
-                                                      Repeats(minimum=minimum, maximum=maximum, target_rel=0.05))
-    finally:
-        loop.close()
-    assert "".join(calls) == order
-    assert [len(samples) for _records, _busy, samples, _ci in measured] == [len(order) // len(sides)] * len(sides)
