@@ -15,6 +15,7 @@ In order, on one host (slot `default`, alias `chat`):
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -98,6 +99,8 @@ def test_first_model_serves_behind_the_gateway_on_loopback(pivot):
     (["-e", f"gateway_port={A_PORT}"], f"gateway_port {A_PORT} is a port of slot default"),
     (["-e", "slot=other", "-e", "pivot_alias=chat"], "pivot_alias=chat is already the name of slot default"),
     (["-e", "gateway_tls_cert_file=/etc/llmfleet/no-such.pem"], "gateway_tls_cert_file /etc/llmfleet/no-such.pem does not exist"),
+    # A key with a space would be two words of a map line (HAProxy keeps the first); test values, not secrets.
+    (["-e", '{"gateway_api_keys": ["sk-fine", "sk bad"]}'], "gateway_api_keys: 1 of the 2 keys (number 2; values not shown)"),
 ])
 def test_bad_gateway_input_is_refused_before_any_change(pivot, extra, message):
     pid, slot, config = _main_pid("tiny-llama-a"), _slot(), _ssh("cat /etc/haproxy/haproxy.cfg")
@@ -161,3 +164,44 @@ def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_
     # The empty backend is logged, but not as an emergency that journald writes to every terminal.
     assert "has no server available" in _ssh("journalctl -t haproxy --no-pager")
     assert _ssh("journalctl -t haproxy -p 0..2 --no-pager -q") == ""
+
+
+def _gateway_status(path: str, *authorization: str) -> int:
+    """The status of GET path at the gateway with these Authorization headers, in order (none: no header); the keys
+    stay in this process (no curl command line)."""
+    conn = http.client.HTTPConnection("127.0.0.1", GW_PORT, timeout=30)
+    try:
+        conn.putrequest("GET", path)
+        for value in authorization:
+            conn.putheader("Authorization", value)
+        conn.endheaders()
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+# Last in the module: the gateway keeps the keys afterwards.
+def test_gateway_api_keys_let_in_exactly_the_configured_keys(pivot, tmp_path):
+    """gateway_api_keys from a 0600 vars file (-e @file; keys never on a command line): exactly those keys pass as
+    "Authorization: Bearer <key>"; "Bearer" alone, a wrong key, no header and a list of values get 401; /health 200."""
+    keys = ["sk-itest-one", "sk-itest-two"]
+    vars_file = tmp_path / "gateway-keys.json"
+    vars_file.touch(mode=0o600)
+    vars_file.write_text(json.dumps({"gateway_api_keys": keys}))
+    result = pivot("-e", f"model={_slot()['model']}", "-e", f"@{vars_file}")
+    assert result.returncode == 0, result.stdout[-6000:]
+    assert not any(key in result.stdout + result.stderr for key in keys)
+    assert _ssh("stat -c '%a %U' /etc/haproxy/llmfleet-keys.map") == "600 root"
+    statuses = {
+        "Bearer k1": _gateway_status("/v1/models", f"Bearer {keys[0]}"),
+        "Bearer k2": _gateway_status("/v1/models", f"Bearer {keys[1]}"),
+        "Bearer": _gateway_status("/v1/models", "Bearer"),
+        "Bearer wrong": _gateway_status("/v1/models", "Bearer wrong"),
+        "no header": _gateway_status("/v1/models"),
+        "junk, Bearer": _gateway_status("/v1/models", "junk, Bearer"),
+        "k1 without Bearer": _gateway_status("/v1/models", keys[0]),
+        "two headers": _gateway_status("/v1/models", "Bearer wrong", f"Bearer {keys[0]}"),
+        "/health": _gateway_status("/health"),
+    }
+    assert statuses == {"Bearer k1": 200, "Bearer k2": 200, "Bearer": 401, "Bearer wrong": 401, "no header": 401,
+                        "junk, Bearer": 401, "k1 without Bearer": 401, "two headers": 401, "/health": 200}, statuses
