@@ -1,5 +1,5 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters that decide whether a catalog model fits a host: GPUs (fit_check) and disk (disk_plan)."""
+"""Filters that decide whether a catalog model fits a host: GPUs (fit_check) and disk (disk_plan, dir_names_under)."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
@@ -18,14 +18,25 @@ def fit_check(entry, gpus, tensor_parallel_size=None):
 
 
 def disk_plan(needed, free_bytes, downloaded_bytes=0, candidates=None, protect=None,
-              margin_bytes=_fit.DISK_MARGIN_BYTES, margin_fraction=_fit.DISK_MARGIN_FRACTION):
+              margin_bytes=_fit.DISK_MARGIN_BYTES, margin_fraction=_fit.DISK_MARGIN_FRACTION, models_root=None, keep=None):
     """Disk plan for downloading a model; needed is a catalog entry or a number of bytes."""
     if isinstance(needed, dict):
         if needed.get('size_bytes') is None:
             raise AnsibleFilterError('model %s: size_bytes unknown, cannot plan disk space; set it in llmfleet_models_extra'
                                      % needed.get('name', '?'))
         needed = needed['size_bytes']
-    return _fit.disk_plan(needed, free_bytes, downloaded_bytes, candidates, protect, margin_bytes, margin_fraction)
+    return _fit.disk_plan(needed, free_bytes, downloaded_bytes, candidates, protect, margin_bytes, margin_fraction,
+                          models_root=models_root, keep=keep)
+
+
+def dir_names_under(paths, models_root):
+    """Names of the directories in paths directly under models_root (trailing '/' on either side changes nothing)."""
+    if paths is not None and (isinstance(paths, (str, dict)) or not hasattr(paths, '__iter__')):
+        raise AnsibleFilterError('dir_names_under expects a list of paths, got %r' % (paths,))
+    try:
+        return _fit.dir_names_under(paths, models_root)
+    except ValueError as exc:
+        raise AnsibleFilterError('dir_names_under: %s' % exc) from exc
 
 
 def gpu_memory_free(entry, gpu_facts, gpu_ids=None):
@@ -39,4 +50,4 @@ def gpu_memory_free(entry, gpu_facts, gpu_ids=None):
 
 class FilterModule:
     def filters(self):
-        return {'fit_check': fit_check, 'disk_plan': disk_plan, 'gpu_memory_free': gpu_memory_free}
+        return {'fit_check': fit_check, 'disk_plan': disk_plan, 'dir_names_under': dir_names_under, 'gpu_memory_free': gpu_memory_free}

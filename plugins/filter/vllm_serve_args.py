@@ -32,10 +32,19 @@ def systemd_env_file(environment):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def vllm_bind_host(requested, gateway=False, api_key=False, variable='bind_host'):
+    """Where vLLM listens: requested when given, else 127.0.0.1 (0.0.0.0 only with an API key and no gateway)."""
+    try:
+        return _serve_args.bind_host(requested, bool(gateway), bool(api_key), variable)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     def filters(self):
         return {
             'vllm_serve_args': vllm_serve_args,
             'systemd_command_line': systemd_command_line,
             'systemd_env_file': systemd_env_file,
+            'vllm_bind_host': vllm_bind_host,
         }

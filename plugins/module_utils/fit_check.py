@@ -2,6 +2,8 @@
 """Does a catalog entry fit a host? GPU memory, KV cache, parallelism rules vLLM enforces, attention backends, disk space."""
 from __future__ import annotations
 
+import os.path
+
 MIB = 1024 ** 2
 GIB = 1024 ** 3
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
@@ -276,13 +278,41 @@ def _kv_fit(entry, serving, tp, pp, left, result, errors, warnings):
                         ' vLLM may refuse to start (lower max_model_len if it does)' % (what, round(100 * need / left), _gib(left)))
 
 
+def models_root_path(root):
+    """The models root as every comparison of paths under it uses it: absolute and normalised (no trailing or
+    doubled '/', no '.' or '..'), so '/srv/models/' and '/srv/models' are the same root. The one owner of that rule."""
+    if not isinstance(root, str) or not root.startswith('/'):
+        raise ValueError('the models root (pivot_models_root) must be an absolute path such as /srv/models, got %r' % (root,))
+    return '/' + os.path.normpath(root).lstrip('/')
+
+
+def _norm_path(path):
+    return '/' + os.path.normpath(path).lstrip('/') if path.startswith('/') else os.path.normpath(path)
+
+
+def dir_names_under(paths, root):
+    """Sorted names of the directories in paths that lie directly under the models root (a serving record's dirs);
+    paths elsewhere, empty or None entries are left out."""
+    root = models_root_path(root)
+    names = set()
+    for path in paths or []:
+        if isinstance(path, str) and path:
+            path = _norm_path(path)
+            if os.path.dirname(path) == root and os.path.basename(path) not in ('', '.', '..'):
+                names.add(os.path.basename(path))
+    return sorted(names)
+
+
 def disk_plan(needed_bytes, free_bytes, downloaded_bytes=0, candidates=None, protect=None,
-              margin_bytes=DISK_MARGIN_BYTES, margin_fraction=DISK_MARGIN_FRACTION):
+              margin_bytes=DISK_MARGIN_BYTES, margin_fraction=DISK_MARGIN_FRACTION, models_root=None, keep=None):
     """Plan the disk space for a download.
 
     needed_bytes: the model's full size; downloaded_bytes: what of it is already on disk (resume).
-    candidates: [{path, size_bytes}] model dirs that may be pruned, in the order to prune them (e.g. oldest first).
-    protect: paths never pruned (the serving model, the download target).
+    candidates: [{path, size_bytes, mtime}] model dirs that may be pruned; those with an mtime go oldest first
+    (ties by path), the others after them in the given order.
+    protect: paths never pruned (the serving model, the download target); keep: names of dirs under models_root
+    never pruned (pivot_prune_keep, models other hosts of the storage serve). Paths are compared normalised
+    (models_root_path), so a trailing '/' on the root or a path changes nothing.
     The margin kept free is max(margin_bytes, margin_fraction x needed_bytes).
     Returns {ok, to_download_bytes, required_free_bytes, free_bytes, short_by_bytes, prune, prune_bytes,
     ok_after_prune, errors}: ok means the download fits now; prune lists the dirs that would have to go.
@@ -291,14 +321,31 @@ def disk_plan(needed_bytes, free_bytes, downloaded_bytes=0, candidates=None, pro
     for label, value in (('needed_bytes', needed_bytes), ('free_bytes', free_bytes), ('downloaded_bytes', downloaded_bytes)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             errors.append('%s must be a non-negative integer number of bytes, got %r' % (label, value))
-    protect = {p.rstrip('/') for p in protect or []}
+    protect_list, keep = list(protect or []), list(keep or [])
+    for i, path in enumerate(protect_list):
+        if path is not None and not isinstance(path, str):
+            errors.append('protect[%d] must be a path, got %r' % (i, path))
+    for i, name in enumerate(keep):
+        if name is not None and not isinstance(name, str):
+            errors.append('keep[%d] must be a directory name under the models root, got %r' % (i, name))
+    root = None
+    if keep and any(keep):
+        try:
+            root = models_root_path(models_root)
+        except ValueError as exc:
+            errors.append('keep needs models_root: %s' % exc)
     candidates = candidates or []
     for i, cand in enumerate(candidates):
         if not isinstance(cand, dict) or not isinstance(cand.get('path'), str) or \
-                not isinstance(cand.get('size_bytes'), int) or cand['size_bytes'] < 0:
-            errors.append('candidates[%d] must be {path: str, size_bytes: int >= 0}, got %r' % (i, cand))
+                not isinstance(cand.get('size_bytes'), int) or cand['size_bytes'] < 0 or \
+                not isinstance(cand.get('mtime', 0), (int, float)) or isinstance(cand.get('mtime'), bool):
+            errors.append('candidates[%d] must be {path: str, size_bytes: int >= 0} (mtime: a number, optional), got %r' % (i, cand))
     if errors:
         return {'ok': False, 'ok_after_prune': False, 'errors': errors, 'prune': [], 'prune_bytes': 0}
+    protect = {_norm_path(p) for p in protect_list if p}
+    protect |= {_norm_path(os.path.join(root, name)) for name in keep if name}
+    # Oldest first: sorted() is stable, so candidates without an mtime keep their given order, after the others.
+    candidates = sorted(candidates, key=lambda c: (0, c['mtime'], _norm_path(c['path'])) if 'mtime' in c else (1, 0, ''))
 
     margin = max(margin_bytes, int(needed_bytes * margin_fraction))
     to_download = max(needed_bytes - downloaded_bytes, 0)
@@ -309,7 +356,7 @@ def disk_plan(needed_bytes, free_bytes, downloaded_bytes=0, candidates=None, pro
     for cand in candidates:
         if freed >= short:
             break
-        if cand['path'].rstrip('/') in protect:
+        if _norm_path(cand['path']) in protect:
             continue
         prune.append(cand['path'])
         freed += cand['size_bytes']

@@ -3,12 +3,13 @@
 """Host state as slots: what each slot of a host serves, and where the next model of a slot goes.
 
 A slot is one served model on its own GPUs and port: {name, model, profile, revision (commit sha), model_dir,
-gpu_ids, port, unit, since, previous, alias, standby_port}. The host keeps all of them in <state_dir>/slots.json. A host of an older
+gpu_ids, port, unit, since, previous, alias, standby_port, gateway, pivot}. ``pivot`` is the intent of a pivot in
+progress (written before its first change to the host, see ``intent_record``). The host keeps all of them in <state_dir>/slots.json. A host of an older
 release kept one model in <state_dir>/current.json: that becomes the slot ``default`` (read here, written by the
 host_slots module on the first run).
 
-This file owns the state's paths and schema, the slot and model-directory naming rules, and the choice of GPUs
-and port for a slot. Pure python (no Ansible): the host_slots module reads the disk and passes it in.
+This file owns the state's paths and schema, the slot and model-directory naming rules, the choice of GPUs
+and port for a slot, what a slot promises its clients across runs (alias, gateway, port) and the pivot intent. Pure python (no Ansible): the host_slots module reads the disk and passes it in.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import json
 import os
 import re
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.catalog import MAX_PORT, MIN_VLLM_PORT
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import MANIFEST_FILENAME
 
 DEFAULT_STATE_DIR = '/var/lib/llmfleet'
@@ -25,9 +27,19 @@ LEGACY_STATE_FILE = 'current.json'
 RECORDS_DIR = 'pivots'
 DEFAULT_SLOT = 'default'
 FIRST_PORT = 8000
-SLOT_NAME_RE = re.compile(r'^[a-z][a-z0-9-]{0,31}$')
-COMMIT_RE = re.compile(r'^[0-9a-f]{40}$')
-ALIAS_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$')
+# The intent of a pivot in progress, kept in the slot's record: ``switching`` until the new model is recorded as the
+# slot's (a re-run rolls back to what the slot records), ``committed`` after (a re-run rolls forward).
+INTENT_KEY = 'pivot'
+INTENT_SWITCHING = 'switching'
+INTENT_COMMITTED = 'committed'
+BOOL_TRUE = ('true', 'yes', 'on', '1')
+BOOL_FALSE = ('false', 'no', 'off', '0')
+# \Z, not $: $ also matches before a final newline ('chat\n' would end ExecStart= and split the gateway's map lines).
+SLOT_NAME_RE = re.compile(r'^[a-z][a-z0-9-]{0,31}\Z')
+COMMIT_RE = re.compile(r'^[0-9a-f]{40}\Z')
+ALIAS_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}\Z')
+# A systemd service name as host state records it (it reaches a command line: unit-stopped-at.py).
+UNIT_RE = re.compile(r'^[A-Za-z0-9@._:-]+[.]service\Z')
 # vLLM's default share of each GPU's memory (fit_check uses the same figure).
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 # nvidia-smi topo -m cells, cheapest path first: a bonded NVLink set, one PCIe switch, several switches, one host
@@ -81,13 +93,25 @@ def load_state(state_text=None, legacy_text=None):
         slots = data.get('slots') if isinstance(data, dict) else None
         if not isinstance(slots, dict):
             raise SlotError('the host state file has no "slots" mapping; fix or move it aside')
-        return slots, False
+        return _check_units(slots, 'slots.json'), False
     if legacy_text is not None:
         try:
-            return migrate_legacy(json.loads(legacy_text)), True
+            slots = migrate_legacy(json.loads(legacy_text))
         except ValueError as exc:
             raise SlotError('the old host state file current.json is not JSON (%s); fix or move it aside' % exc)
+        return _check_units(slots, 'current.json'), True
     return {}, False
+
+
+def _check_units(slots, source):
+    """The slots, once every recorded unit is a systemd service name (it reaches commands and the journal)."""
+    for name, record in sorted(slots.items()):
+        unit = record.get('unit') if isinstance(record, dict) else None
+        if unit is not None and not (isinstance(unit, str) and UNIT_RE.match(unit)):
+            raise SlotError('the host state file %s: slot %s records the unit %s, not a systemd service name (letters,'
+                            ' digits and "@._:-", ending in .service); fix or move it aside'
+                            % (source, name, json.dumps(unit)))
+    return slots
 
 
 def dump_state(slots):
@@ -214,9 +238,10 @@ def assign_gpus(slot, needed, gpu_facts, slots, requested=None, memory_fraction=
 
 
 def assign_port(slot, slots, catalog_port, requested=None, reserved=(), variable='port'):
-    """The slot's port: ``requested`` when given, else the one it has (stable across pivots), else the model's
-    catalog port when no other slot has it, else the lowest free one from 8000. ``reserved``: ports that belong to
-    something else on the host (a gateway)."""
+    """The slot's port: the one it has (stable across pivots: its clients and the gateway use it), else
+    ``requested``, else the model's catalog port when no other slot has it, else the lowest free one from 8000.
+    A ``requested`` port other than the one a serving slot has is refused (a change of what the slot promises its
+    clients). ``reserved``: ports that belong to something else on the host (a gateway)."""
     taken = {}
     for name, record in sorted(slots.items()):
         if name != slot and record.get('port'):
@@ -230,10 +255,19 @@ def assign_port(slot, slots, catalog_port, requested=None, reserved=(), variable
             port = int(requested)
         except (TypeError, ValueError):
             port = 0
-        if not 1 <= port <= 65535:
-            raise SlotError('%s must be a TCP port in 1..65535, got %s' % (variable, json.dumps(requested)))
+        if not MIN_VLLM_PORT <= port <= MAX_PORT:
+            raise SlotError('%s must be a TCP port in %d..%d (vLLM runs without privileges - CapabilityBoundingSet= is'
+                            ' empty - so it cannot bind a port below %d), got %s'
+                            % (variable, MIN_VLLM_PORT, MAX_PORT, MIN_VLLM_PORT, json.dumps(requested)))
         if port in taken:
             raise SlotError('%s=%d is already used by %s on this host; pick another port' % (variable, port, taken[port]))
+        record = slots.get(slot) or {}
+        if record.get('model') and record.get('port') and int(record['port']) != port:
+            raise SlotError('%s=%d: slot %s serves %s on port %d, and a serving slot keeps its port (its clients and the'
+                            ' gateway use it). Leave %s unset to keep port %d, or serve the model in a new slot on port'
+                            ' %d (-e slot=NAME -e %s=%d). Nothing was changed.'
+                            % (variable, port, slot, record['model'], int(record['port']), variable, int(record['port']),
+                               port, variable, port))
         return port
     current = (slots.get(slot) or {}).get('port')
     for port in reserved or ():
@@ -266,17 +300,18 @@ def assign_alias(slot, slots, requested=None, variable='alias'):
 
 def standby_port(slot, slots, active_port, reserved=()):
     """The slot's second port, where the next model of a blue/green pivot starts: the one it has, else the lowest
-    free one above the active port that no slot uses."""
+    free one above the active port that no slot uses, else (at the top of the range) the highest free one below it;
+    always in 1024..65535."""
     taken = {int(p) for p in reserved or ()} | {active_port}
     for name, record in slots.items():
         taken |= {int(p) for p in (record.get('port'), record.get('standby_port')) if p and name != slot}
     current = (slots.get(slot) or {}).get('standby_port')
-    if current and int(current) not in taken:
+    if current and int(current) not in taken and MIN_VLLM_PORT <= int(current) <= MAX_PORT:
         return int(current)
-    port = active_port + 1
-    while port in taken:
-        port += 1
-    return port
+    for port in itertools.chain(range(active_port + 1, MAX_PORT + 1), range(active_port - 1, MIN_VLLM_PORT - 1, -1)):
+        if port not in taken:
+            return port
+    raise SlotError('slot %s has no free standby port in %d..%d for a blue/green pivot' % (slot, MIN_VLLM_PORT, MAX_PORT))
 
 
 def check_model_free(slot, model, slots):
@@ -285,3 +320,74 @@ def check_model_free(slot, model, slots):
         if name != slot and record.get('model') == model:
             raise SlotError('%s already serves in slot %s of this host; a model serves in one slot (pivot slot %s,'
                             ' or serve another model in slot %s)' % (model, name, name, slot))
+
+
+def as_bool(value, variable):
+    """A boolean given as true/false or as a string from ``-e`` (true/false, yes/no, on/off, 1/0); None or "" when
+    it was not given."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text == '':
+        return None
+    if text in BOOL_TRUE:
+        return True
+    if text in BOOL_FALSE:
+        return False
+    raise SlotError('%s must be true or false (or left unset to keep what the slot has), got %s'
+                    % (variable, json.dumps(value)))
+
+
+def slot_gateway(record):
+    """Whether the slot's model is behind the host's gateway, as the host recorded it. A slot recorded by an older
+    release says nothing; it had a standby port only behind a gateway."""
+    record = record or {}
+    if isinstance(record.get('gateway'), bool):
+        return record['gateway']
+    return bool(record.get('model') and record.get('standby_port'))
+
+
+def resolve_gateway(record, requested=None, variable='gateway'):
+    """(on, source): the run's gateway setting when it was given ('given'), else the slot's ('kept'), else off for a
+    slot that serves nothing yet ('default'). A later run without the flag keeps the slot behind its gateway."""
+    wanted = as_bool(requested, variable)
+    if wanted is not None:
+        return wanted, 'given'
+    if (record or {}).get('model'):
+        return slot_gateway(record), 'kept'
+    return False, 'default'
+
+
+def contract(record, gateway, gateway_source, alias, alias_requested, port, port_requested):
+    """What the slot promises its clients after this run, each with where it comes from: given (this run), kept (the
+    host's record) or default (a new slot)."""
+    record = record or {}
+
+    def source(requested, current, value):
+        if requested not in (None, ''):
+            return 'given'
+        return 'kept' if current not in (None, '') and current == value else 'default'
+    return {
+        'gateway': {'value': gateway, 'source': gateway_source},
+        'alias': {'value': alias, 'source': source(alias_requested, record.get('alias'), alias)},
+        'port': {'value': port, 'source': source(port_requested, record.get('port'), port)},
+    }
+
+
+def intent_of(record):
+    """The intent of a pivot in progress in the slot (dict), or None."""
+    intent = (record or {}).get(INTENT_KEY)
+    return intent if isinstance(intent, dict) and intent.get('phase') in (INTENT_SWITCHING, INTENT_COMMITTED) else None
+
+
+def intent_record(record, target, strategy, owner=None, now=None):
+    """The intent written before a pivot's first change to the host: what the slot served (``from``, its record as
+    committed) and what it is about to serve (``to``: model, unit, revision, model_dir, port, standby_port, gpu_ids,
+    profile)."""
+    committed = {k: v for k, v in (record or {}).items() if k != INTENT_KEY}
+    return {'phase': INTENT_SWITCHING, 'strategy': strategy, 'since': now, 'owner': owner,
+            'from': committed if committed.get('model') else None, 'to': dict(target, unit=unit_name(target['model']))}
+
+
+def without_intent(record):
+    return {k: v for k, v in (record or {}).items() if k != INTENT_KEY}

@@ -2,6 +2,7 @@
 """Serving profile -> `vllm serve` argv, and the quoting systemd needs for ExecStart= and EnvironmentFile=."""
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 
@@ -107,6 +108,33 @@ def systemd_command_line(argv, option_per_line=False):
             lines.append([])
         lines[-1].append(systemd_quote(token))
     return ' \\\n    '.join(' '.join(line) for line in lines)
+
+
+LOOPBACK = '127.0.0.1'
+ALL_INTERFACES = '0.0.0.0'
+_HOSTNAME = re.compile(r'\A(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z')
+
+
+def bind_host(requested, gateway=False, api_key=False, variable='bind_host'):
+    """The address vLLM listens on (--host): the one owner of that default.
+
+    requested (pivot_bind_host, ray_bind_host, service_deploy_host) wins when given: an IP address or a host name.
+    Otherwise loopback behind the gateway (HAProxy on the host forwards to it) and whenever no API key is set: an
+    OpenAI-compatible API without a key is never opened on every interface by default. With a key and no gateway,
+    every interface (0.0.0.0): the key guards /v1/*; /metrics, /health and /tokenize stay open to whoever can reach it.
+    """
+    if requested is None or requested == '':
+        if gateway or not api_key:
+            return LOOPBACK
+        return ALL_INTERFACES
+    if isinstance(requested, str):
+        try:
+            return str(ipaddress.ip_address(requested))
+        except ValueError:
+            if _HOSTNAME.match(requested):
+                return requested
+    raise ValueError('%s must be an IP address (127.0.0.1, 0.0.0.0, ::) or a host name to listen on, or empty for'
+                     ' the default (127.0.0.1; 0.0.0.0 only with an API key and no gateway), got %r' % (variable, requested))
 
 
 def env_file(environment):

@@ -21,13 +21,20 @@ description:
     another commit of a model already on disk goes to C(<model>--<sha12>)). It fails, naming the variable, when
     the request cannot be met.
   - V(set) records a slot after its model serves; V(absent) removes a slot's record.
+  - What a slot promises its clients is host state kept across runs - its alias, its port and whether it is behind
+    the gateway: a run that does not give O(alias), O(port) or O(gateway) keeps the slot's (RV(contract) says which
+    came from where).
+  - V(intend) writes the intent of a pivot before its first change to the host (RV(intent)); V(set) with
+    O(commit_intent) marks it committed when the new model becomes the slot's; V(clear_intent) removes it once the
+    host agrees with the record. A run that finds an intent knows a pivot was interrupted - rolled back to the
+    record while V(switching), forward while V(committed).
 author:
   - llmfleet maintainers (@llmfleet)
 options:
   action:
     description: What to do.
     type: str
-    choices: [read, plan, set, absent]
+    choices: [read, plan, set, absent, intend, clear_intent]
     default: read
   state_dir:
     description: Directory of the host state. Defaults to C(/var/lib/llmfleet).
@@ -98,7 +105,20 @@ options:
     description: The slot's second port, where the next model of a blue/green pivot starts (V(set)).
     type: int
   gateway:
-    description: A gateway fronts the slots (V(plan) gives the slot a standby port and may choose blue/green).
+    description:
+      - Whether the slot is behind the host's gateway (V(plan) gives it a standby port and may choose blue/green;
+        V(set) records it). Null or empty keeps what the slot has (off for a new slot); true or false changes it.
+    type: raw
+  strategy:
+    description: How the pivot replaces the slot's model (V(intend)), the RV(strategy) of V(plan).
+    type: str
+  owner:
+    description: Who pivots (V(intend)), e.g. the run's C(llmfleet.vllm.host_lock) owner.
+    type: dict
+  commit_intent:
+    description:
+      - With V(set), a pivot intent of the slot becomes V(committed) instead of being removed (the old model still has
+        to stop; a re-run rolls forward).
     type: bool
     default: false
   blue_green:
@@ -116,7 +136,7 @@ options:
 attributes:
   check_mode:
     support: full
-    description: V(read) and V(plan) run the same; V(set) and V(absent) report what they would write.
+    description: V(read) and V(plan) run the same; V(set), V(absent), V(intend) and V(clear_intent) report what they would write.
   diff_mode:
     support: full
     description: V(set) and V(absent) return the state file before and after.
@@ -219,6 +239,19 @@ standby_port:
   description: The slot's other port (V(plan) with O(gateway)); null without a gateway.
   returned: when action is plan
   type: int
+gateway:
+  description: Whether the slot is behind the host's gateway after this run (given, else kept, else false).
+  returned: always
+  type: bool
+contract:
+  description: What the slot promises its clients (V(plan)) - C(gateway), C(alias), C(port), each C({value, source}) with
+    source C(given) (this run), C(kept) (the host's record) or C(default).
+  returned: when action is plan
+  type: dict
+intent:
+  description: The slot's pivot in progress (C(phase) switching or committed, C(from), C(to), C(strategy), C(since), C(owner)); null when none.
+  returned: always
+  type: dict
 units:
   description: The units of every slot (to tell them from servers the collection does not manage).
   returned: always
@@ -291,8 +324,8 @@ def _plan(module, slots, result):
     alias = hs.assign_alias(p['slot'], slots, requested=p['alias'], variable=prefix + 'alias')
     port = hs.assign_port(p['slot'], slots, p['catalog_port'], requested=p['port'], reserved=p['reserved_ports'],
                           variable=prefix + 'port')
-    standby = hs.standby_port(p['slot'], slots, port, reserved=p['reserved_ports']) if p['gateway'] else None
-    strategy, why = _strategy(p, current, serving_same)
+    standby = hs.standby_port(p['slot'], slots, port, reserved=p['reserved_ports']) if result['gateway'] else None
+    strategy, why = _strategy(p, result['gateway'], current, serving_same)
     gpu_ids = None
     if strategy == 'blue_green':
         try:
@@ -305,18 +338,20 @@ def _plan(module, slots, result):
         gpu_ids = hs.assign_gpus(p['slot'], p['gpus_needed'], p['gpu_facts'], slots, requested=p['gpu_ids'],
                                  memory_fraction=p['gpu_memory_utilization'], variable=prefix + 'gpu_ids')
     result.update(gpu_ids=gpu_ids, port=port, standby_port=standby, alias=alias, unit=hs.unit_name(p['model']),
-                  model_dir=model_dir, serving_same=serving_same, strategy=strategy, strategy_reason=why)
+                  model_dir=model_dir, serving_same=serving_same, strategy=strategy, strategy_reason=why,
+                  contract=hs.contract(current, result['gateway'], result['gateway_source'], alias, p['alias'],
+                                       standby if strategy == 'blue_green' else port, p['port']))
     module.exit_json(**result)
 
 
-def _strategy(p, current, serving_same):
+def _strategy(p, gateway, current, serving_same):
     """How the slot's model is replaced: none, new (nothing served), blue_green (the new model starts beside the
     old one, the gateway switches, then the old one stops) or stop_start; and why not blue_green."""
     if serving_same:
         return 'none', 'already serves it'
     if not current.get('model'):
         return 'new', 'nothing served in the slot'
-    if not p['gateway']:
+    if not gateway:
         return 'stop_start', 'no gateway in front of the slot'
     if not p['blue_green']:
         return 'stop_start', 'blue/green switched off'
@@ -325,10 +360,27 @@ def _strategy(p, current, serving_same):
     return 'blue_green', ''
 
 
+def _set_record(p, current, gateway):
+    """The slot's record once its model serves; a pivot intent is removed, or kept as committed (commit_intent)."""
+    record = {
+        'name': p['slot'], 'model': p['model'], 'profile': p['profile'], 'revision': p['revision'] or None,
+        'model_dir': p['model_dir'], 'gpu_ids': p['gpu_ids'], 'port': p['port'], 'unit': hs.unit_name(p['model']),
+        'since': p['since'] if p['since'] is not None else round(time.time(), 3), 'previous': p['previous'],
+        'alias': p['alias'] or (current or {}).get('alias') or p['slot'],
+        'standby_port': p['standby_port'] or (current or {}).get('standby_port'), 'gateway': gateway}
+    committed = hs.without_intent(current)
+    if committed.get('model') and all(committed.get(k) == record[k] for k in record if k not in ('since', 'previous')):
+        record = committed  # the same model where it was: keep when it began and what came before
+    intent = hs.intent_of(current)
+    if intent and p['commit_intent']:
+        record = dict(record, **{hs.INTENT_KEY: dict(intent, phase=hs.INTENT_COMMITTED)})
+    return record
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            action=dict(type='str', default='read', choices=['read', 'plan', 'set', 'absent']),
+            action=dict(type='str', default='read', choices=['read', 'plan', 'set', 'absent', 'intend', 'clear_intent']),
             state_dir=dict(type='path'),
             slot=dict(type='str', default=hs.DEFAULT_SLOT),
             model=dict(type='str'),
@@ -349,10 +401,14 @@ def main():
             unit_dir=dict(type='path', default='/etc/systemd/system'),
             alias=dict(type='str'),
             standby_port=dict(type='int'),
-            gateway=dict(type='bool', default=False),
+            gateway=dict(type='raw'),
+            strategy=dict(type='str'),
+            owner=dict(type='dict'),
+            commit_intent=dict(type='bool', default=False),
             blue_green=dict(type='bool', default=True),
         ),
-        required_if=[('action', 'set', ('model', 'model_dir', 'port'))],
+        required_if=[('action', 'set', ('model', 'model_dir', 'port')),
+                     ('action', 'intend', ('model', 'model_dir', 'port', 'strategy'))],
         supports_check_mode=True,
     )
     p = module.params
@@ -366,7 +422,13 @@ def main():
     if p['models_root']:
         # Slots migrated from current.json say neither directory nor commit: the model's directory and its manifest do.
         slots = {name: _completed(record, p['models_root'], p['unit_dir']) for name, record in slots.items()}
-    result = dict(changed=False, slots=slots, slot=slots.get(p['slot']), migrated=migrated,
+    current = slots.get(p['slot'])
+    try:
+        gateway, gateway_source = hs.resolve_gateway(current, p['gateway'], p['variable_prefix'] + 'gateway')
+    except hs.SlotError as exc:
+        module.fail_json(msg=str(exc))
+    result = dict(changed=False, slots=slots, slot=current, migrated=migrated, gateway=gateway,
+                  gateway_source=gateway_source, intent=hs.intent_of(current),
                   state_dir=paths['state_dir'], records_dir=paths['records_dir'],
                   units=sorted({r.get('unit') for r in slots.values() if r.get('unit')}))
     if p['action'] == 'plan':
@@ -377,17 +439,20 @@ def main():
 
     after = dict(slots)
     if p['action'] == 'set':
-        after[p['slot']] = {
-            'name': p['slot'], 'model': p['model'], 'profile': p['profile'], 'revision': p['revision'] or None,
-            'model_dir': p['model_dir'], 'gpu_ids': p['gpu_ids'], 'port': p['port'], 'unit': hs.unit_name(p['model']),
-            'since': p['since'] if p['since'] is not None else round(time.time(), 3), 'previous': p['previous'],
-            'alias': p['alias'] or (slots.get(p['slot']) or {}).get('alias') or p['slot'],
-            'standby_port': p['standby_port'] or (slots.get(p['slot']) or {}).get('standby_port')}
-        current = slots.get(p['slot'])
-        if current and all(current.get(k) == after[p['slot']][k] for k in after[p['slot']] if k not in ('since', 'previous')):
-            after[p['slot']] = current  # the same model where it was: keep when it began and what came before
+        after[p['slot']] = _set_record(p, current, gateway)
     elif p['action'] == 'absent':
         after.pop(p['slot'], None)
+    elif p['action'] == 'intend':
+        target = {k: p[k] for k in ('model', 'profile', 'model_dir', 'port', 'standby_port', 'gpu_ids')}
+        target.update(revision=p['revision'] or None, alias=p['alias'], gateway=gateway)
+        after[p['slot']] = dict(current or {'name': p['slot']}, **{hs.INTENT_KEY: hs.intent_record(
+            current, target, p['strategy'], owner=p['owner'], now=round(time.time(), 3))})
+    elif p['action'] == 'clear_intent' and current:
+        # A slot whose first model never got recorded goes with its intent.
+        if current.get('model'):
+            after[p['slot']] = hs.without_intent(current)
+        else:
+            after.pop(p['slot'])
     after_text = hs.dump_state(after)
     write = p['action'] != 'plan' and (after_text != before_text or migrated)
     result.update(changed=write, slots=after, units=sorted({r.get('unit') for r in after.values() if r.get('unit')}))

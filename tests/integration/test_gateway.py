@@ -3,14 +3,20 @@ engine, while a continuous `openai` client talks only to the gateway, with the s
 failed request is counted.
 
 In order, on one host (slot `default`, alias `chat`):
-1. nothing -> tiny-llama-a without a gateway, then the same pivot with one: the serving slot moves behind the new
-   gateway (vLLM restarts on loopback); bad gateway input is refused before any change
-2. blue/green tiny-llama-a -> tiny-llama-b: b starts on the slot's standby port beside a, passes its gate, takes the
-   traffic; a drains and stops. 0 failed requests, downtime 0. A re-run changes nothing.
+1. nothing -> tiny-llama-a without a gateway, then the same pivot with `-e pivot_gateway=true -e pivot_alias=chat`
+   (given once; the inventory sets neither): the serving slot moves behind the new gateway (vLLM restarts on
+   loopback); bad gateway input and a port change of the serving slot are refused before any change
+2. blue/green tiny-llama-a -> tiny-llama-b with the README's command (`-e model=` only): the slot keeps its alias and
+   gateway (host state) and the run says so; b starts on the slot's standby port beside a, passes its gate, takes
+   the traffic. The controller is killed (SIGKILL) after the gateway switched and before a drained: the alias still
+   answers, also after `systemctl reload haproxy`; one re-run finishes the switch (a drains and stops). 0 failed
+   requests, downtime 0. A re-run changes nothing.
 3. rollback during load: a pivot back to tiny-llama-a whose gate cannot pass (blue/green: a starts beside b and is
    stopped again; b never stops). 0 failed requests.
-4. stop, then start (a new upstream commit of tiny-llama-b: the same model's unit cannot run twice): the slot's
-   server drains, and every failed request is a 503 with Retry-After inside the window the gateway was closed;
+4. stop, then start (a new upstream commit of tiny-llama-b: the same model's unit cannot run twice), killed after the
+   old revision stopped and before the new one started: clients get 503 with Retry-After (also after a reload), and
+   one re-run rolls back to the recorded revision, then pivots; every failed request is a 503 with Retry-After
+   between the first run's drain and the re-run's reopening of the gateway;
    HAProxy logs the empty backend below emergency level (journald would write an emergency to every terminal).
 """
 from __future__ import annotations
@@ -27,6 +33,9 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tools", "traffic"))
 from continuous_client import ContinuousClient, log_summary  # noqa: E402  pylint: disable=wrong-import-position
+
+sys.path.insert(0, os.path.join(REPO, "tools", "crash"))
+import harness  # noqa: E402  pylint: disable=wrong-import-position
 
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
@@ -63,19 +72,19 @@ def pivot(tmp_path_factory, vllm_image, pivot_playbook):
     (inv / "hosts.yml").write_text(
         f"all:\n  hosts:\n    {MACHINE}:\n      ansible_port: {SSH_PORT}\n"
         f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}\n      pivot_benchmark: false\n"
-        f"      pivot_gateway: true\n      pivot_alias: chat\n      gateway_port: {GW_PORT}\n      gateway_retry_after_s: 5\n"
+        f"      gateway_port: {GW_PORT}\n      gateway_retry_after_s: 5\n"
         f"      pivot_controller_results_dir: {results}\n      llmfleet_models_extra: {json.dumps(PORTS)}\n")
     os.symlink(os.path.join(REPO, "inventory", "testbed", "group_vars"), inv / "group_vars")
 
     run = pivot_playbook(inv)
 
-    run.results = results
+    run.results, run.inventory = results, inv
     subprocess.run([HUB, "start", HUB_PORT], check=True)
     subprocess.run([TESTBED, "up", MACHINE, SSH_PORT, vllm_image], check=True, capture_output=True)
     try:
         first = run("-e", "model=tiny-llama-a", "-e", "pivot_gateway=false")
         assert first.returncode == 0, first.stdout[-6000:]
-        behind_gateway = run("-e", "model=tiny-llama-a")
+        behind_gateway = run("-e", "model=tiny-llama-a", "-e", "pivot_gateway=true", "-e", "pivot_alias=chat")
         assert behind_gateway.returncode == 0, behind_gateway.stdout[-6000:]
         yield run
     finally:
@@ -99,6 +108,7 @@ def test_first_model_serves_behind_the_gateway_on_loopback(pivot):
     (["-e", f"gateway_port={A_PORT}"], f"gateway_port {A_PORT} is a port of slot default"),
     (["-e", "slot=other", "-e", "pivot_alias=chat"], "pivot_alias=chat is already the name of slot default"),
     (["-e", "gateway_tls_cert_file=/etc/llmfleet/no-such.pem"], "gateway_tls_cert_file /etc/llmfleet/no-such.pem does not exist"),
+    (["-e", "pivot_port=8599"], f"pivot_port=8599: slot default serves tiny-llama-a on port {A_PORT}, and a serving slot keeps its port"),
     # A key with a space would be two words of a map line (HAProxy keeps the first); test values, not secrets.
     (["-e", '{"gateway_api_keys": ["sk-fine", "sk bad"]}'], "gateway_api_keys: 1 of the 2 keys (number 2; values not shown)"),
 ])
@@ -112,11 +122,25 @@ def test_bad_gateway_input_is_refused_before_any_change(pivot, extra, message):
 
 def test_blue_green_pivot_fails_no_request_and_has_no_downtime(pivot):
     with _client() as client:
+        _rc, out, killed = harness.run_pivot(pivot.inventory, ["-e", "model=tiny-llama-b"],
+                                             crash_before_task_named="Drain the old model")
+        assert killed, out[-6000:]
+        # The README's command keeps what the slot promised (given once, by the fixture's second run).
+        assert f"slot default: alias chat (kept), gateway on (kept), port {A_PORT} (kept), API key none (default)" in out, out[-6000:]
+        switched = _slot()
+        assert (switched["model"], switched["pivot"]["phase"]) == ("tiny-llama-b", "committed"), switched
+        assert _ssh("systemctl is-active vllm-tiny-llama-a.service") == "active"  # killed before a drained
+        after_kill = harness.watch(GW_URL, "chat", 3)
+        _ssh("systemctl reload haproxy")
+        after_reload = harness.watch(GW_URL, "chat", 3)
         result = pivot("-e", "model=tiny-llama-b")
     traffic = client.summary()
     log_summary(traffic)
+    assert set(after_kill) == {"ok"} and set(after_reload) == {"ok"}, (after_kill, after_reload)
     assert result.returncode == 0, result.stdout[-6000:]
+    assert "stopped after its commit; finishing it: tiny-llama-b serves" in result.stdout, result.stdout[-6000:]
     assert traffic["failed"] == 0 and traffic["requests"] >= 20, traffic
+    assert harness.agrees(harness.host_state(MACHINE), "tiny-llama-b") == []
     slot = _slot()
     assert (slot["model"], slot["port"], slot["standby_port"]) == ("tiny-llama-b", B_PORT, A_PORT), slot
     # b serves and starts at boot; a is stopped and does not; a's weights stay beside b's.
@@ -124,9 +148,6 @@ def test_blue_green_pivot_fails_no_request_and_has_no_downtime(pivot):
     assert _ssh("systemctl is-active vllm-tiny-llama-b.service; systemctl is-enabled vllm-tiny-llama-b.service").split() == ["active", "enabled"]
     assert _ssh("ls /srv/models/tiny-llama-a/config.json /srv/models/tiny-llama-b/config.json").count("config.json") == 2
     assert _served_through_gateway() == ("chat", 200)
-    record = json.loads((pivot.results / MACHINE / "pivots" / "tiny-llama-b-latest.json").read_text())
-    assert (record["strategy"], record["downtime_source"], record["downtime_s"]) == ("blue_green", "blue_green", 0.0)
-    assert record["previous_model"] == "tiny-llama-a" and record["load_time_s"] > 0
     again = pivot("-e", "model=tiny-llama-b")
     assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-4000:]
 
@@ -147,18 +168,32 @@ def test_rollback_during_load_fails_no_request(pivot):
 
 def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_closed(pivot):
     subprocess.run([HUB, "publish", HUB_PORT, "tiny-llama-b"], check=True, capture_output=True)
+    old_revision = _slot()["revision"]
     with _client() as client:
+        _rc, out, killed = harness.run_pivot(pivot.inventory, ["-e", "model=tiny-llama-b", "-e", "revision=main"],
+                                             crash_before_task_named="Start the new model (written above)")
+        assert killed, out[-6000:]
+        assert _slot()["pivot"]["phase"] == "switching" and _slot()["revision"] == old_revision
+        after_kill = harness.watch(GW_URL, "chat", 3)
+        _ssh("systemctl reload haproxy")
+        after_reload = harness.watch(GW_URL, "chat", 3)
         result = pivot("-e", "model=tiny-llama-b", "-e", "revision=main")
     traffic = client.summary()
     log_summary(traffic)
+    assert set(after_kill) == {"retry"} and set(after_reload) == {"retry"}, (after_kill, after_reload)
     assert result.returncode == 0, result.stdout[-6000:]
+    assert "stopped before its commit; rolling back: tiny-llama-b serves" in result.stdout, result.stdout[-6000:]
+    assert harness.agrees(harness.host_state(MACHINE), "tiny-llama-b") == [] and _slot()["revision"] != old_revision
     record = json.loads((pivot.results / MACHINE / "pivots" / "tiny-llama-b-latest.json").read_text())
     assert record["strategy"] == "stop_start" and record["downtime_s"] > 0, record
-    closed, opened = record["gateway_closed_at"], record["gateway_opened_at"]
+    opened = record["gateway_opened_at"]
     failures = [r for r in client.requests if not r["ok"]]
     assert failures, traffic  # the model did go away for a while
     assert all(r["status"] == 503 and r.get("retry_after") == "5" for r in failures), failures[:5]
-    assert all(closed - 0.5 <= r["start"] and r["end"] <= opened + 0.5 for r in failures), (closed, opened, failures[:3])
+    # Every failure lies between the killed run's drain and the re-run's reopening of the gateway.
+    first_closed = min(r["start"] for r in failures)
+    assert all(r["ok"] for r in client.requests if r["end"] < first_closed)
+    assert all(r["end"] <= opened + 0.5 for r in failures), (opened, failures[-3:])
     assert any(r["ok"] and r["start"] > opened for r in client.requests)
     assert _served_through_gateway() == ("chat", 200)
     # The empty backend is logged, but not as an emergency that journald writes to every terminal.

@@ -7,6 +7,7 @@ should have been restarted), no weights were deleted.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -97,6 +98,21 @@ def _assert_a_untouched(pid_before: str) -> None:
     assert _ssh("ls", "/srv/models/tiny-llama-a/config.json") == "/srv/models/tiny-llama-a/config.json"
 
 
+def _listeners(port: int) -> set:
+    """Addresses a TCP socket listens on at port, from the host's /proc/net/tcp and tcp6 (the test host shares the
+    network namespace); 0.0.0.0 / :: is every interface."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in _ssh("cat", f"/proc/net/{table}").splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                raw = bytes.fromhex(address)
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # each 32-bit word is little-endian
+                found.add(str(ipaddress.ip_address(raw)))
+    return found
+
+
 def _slots() -> dict:
     return json.loads(_ssh("cat", "/var/lib/llmfleet/slots.json") or '{"slots": {}}')["slots"]
 
@@ -105,6 +121,9 @@ def test_rerun_same_model_changes_nothing_and_state_of_an_older_release_is_migra
     """A host set up by an older release kept one current.json: the first run makes it the slot `default` (the
     unit's port, the manifest's commit) without touching the service; the next run changes nothing."""
     pid = _main_pid("tiny-llama-a")
+    # Issue #27 item 10: pivoted without a gateway and without pivot_api_key, vLLM listens on loopback only.
+    assert "--host 127.0.0.1" in _ssh("systemctl", "cat", "vllm-tiny-llama-a.service")
+    assert _listeners(8401) == {"127.0.0.1"}, _listeners(8401)
     commit = _slots()["default"]["revision"]
     _ssh("rm /var/lib/llmfleet/slots.json && echo '{\"model\": \"tiny-llama-a\", \"unit\": \"vllm-tiny-llama-a.service\","
          " \"since\": 1.0, \"previous\": null}' > /var/lib/llmfleet/current.json")
@@ -247,20 +266,22 @@ def test_take_over_prune_patch_and_heal_in_one_pivot(pivot):
     """-e strings all the way: pivot_gate=false, pivot_benchmark=false, pivot_prune=true, pivot_adopt_unit.
 
     The models root is a 64 MiB tmpfs so the disk plan is exact: tiny-llama-b (copied there without its last shard,
-    one byte of its first shard flipped), a 16 MiB dir another host of the storage serves, and a 16 MiB old dir
-    that may go.
+    one byte of its first shard flipped), a 16 MiB dir another host of the storage serves, a 16 MiB old dir that may
+    go and a 16 MiB newer one that sorts first by name. pivot_models_root is given with a trailing / (issue #27 item 7:
+    it made the protected path /srv/small//a-shared, so the served dir was pruned, and this host's record empty).
     """
     setup = _ssh("mkdir -p /srv/small && mount -t tmpfs -o size=64m tmpfs /srv/small && cp -a /srv/models/tiny-llama-b /srv/small/"
-                 " && mkdir -p /srv/small/aaa-shared /srv/small/zz-old /srv/small/.llmfleet/serving"
-                 " && head -c 16M /dev/urandom > /srv/small/aaa-shared/w && head -c 16M /dev/urandom > /srv/small/zz-old/w"
-                 " && echo '{\"host\": \"other-host\", \"model\": \"aaa-shared\"}' > /srv/small/.llmfleet/serving/other-host.json"
+                 " && mkdir -p /srv/small/a-shared /srv/small/aa-new /srv/small/zz-old /srv/small/.llmfleet/serving"
+                 " && head -c 16M /dev/urandom > /srv/small/a-shared/w && head -c 16M /dev/urandom > /srv/small/zz-old/w"
+                 " && head -c 16M /dev/urandom > /srv/small/aa-new/w && touch -d '-2 days' /srv/small/zz-old"
+                 " && echo '{\"host\": \"other-host\", \"model\": \"a-shared\"}' > /srv/small/.llmfleet/serving/other-host.json"
                  " && rm /srv/small/tiny-llama-b/model-00003-of-00003.safetensors"
                  " && printf X | dd of=/srv/small/tiny-llama-b/model-00001-of-00003.safetensors bs=1 seek=2000 conv=notrunc status=none"
                  " && df -B1 --output=avail /srv/small | tail -1")
     free = int(setup.split()[-1])  # statvfs f_bavail x f_frsize, as the pivot measures it
-    margin_gb = (free + 8 * 2**20) / 1e9  # 8 MiB short: pruning zz-old (16 MiB) is enough, aaa-shared must stay
+    margin_gb = (free + 8 * 2**20) / 1e9  # 8 MiB short: pruning zz-old (16 MiB, oldest) is enough, a-shared must stay
     extra = json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-b": B_PATCHED})})
-    result = pivot("-e", "model=tiny-llama-b", "-e", extra, "-e", "pivot_models_root=/srv/small",
+    result = pivot("-e", "model=tiny-llama-b", "-e", extra, "-e", "pivot_models_root=/srv/small/",
                    "-e", f"pivot_adopt_unit={HANDMADE}", "-e", "pivot_gate=false", "-e", "pivot_benchmark=false",
                    "-e", "pivot_prune=true", "-e", f"model_fetch_space_margin_gb={margin_gb:.6f}")
     out = result.stdout
@@ -270,9 +291,11 @@ def test_take_over_prune_patch_and_heal_in_one_pivot(pivot):
     assert _ssh("systemctl", "is-enabled", HANDMADE) != "enabled"
     # The slot keeps its port: tiny-llama-b answers where tiny-llama-a did.
     assert _healthy(A_URL) and _is_active("tiny-llama-a") != "active"
-    # Pruned what could go, kept what another host of the storage serves.
+    # Pruned the oldest dir that could go (not the first by name), kept what another host of the storage serves, and
+    # this host's serving record names the dir it serves although the root was given as /srv/small/.
     assert _ssh("test", "-e", "/srv/small/zz-old", "||", "echo", "gone") == "gone"
-    assert _ssh("ls", "/srv/small/aaa-shared/w") == "/srv/small/aaa-shared/w"
+    assert _ssh("ls", "/srv/small/a-shared/w", "/srv/small/aa-new/w").split() == ["/srv/small/a-shared/w", "/srv/small/aa-new/w"]
+    assert json.loads(_ssh("cat", f"/srv/small/.llmfleet/serving/{MACHINE}.json")) == {"host": MACHINE, "dirs": ["tiny-llama-b"]}
     # The flipped shard was fetched again in this run; the damaged copy is kept aside.
     assert "model-00001-of-00003.safetensors" in _ssh("ls", "/srv/small/tiny-llama-b/.cache/llmfleet/quarantine/")
     # The catalog patch was applied after verification, the original kept.

@@ -333,7 +333,35 @@ def test_ray_cluster_units_verify_and_nodes_join_in_order(ray_cluster):
         assert arg in unit.replace(" \\\n", " ").replace("\n    ", " ") or arg in unit, (arg, unit)
     assert _ssh(head, "systemd-analyze", "verify", "/etc/systemd/system/vllm-tiny-llama-a-ray.service",
                 "/etc/systemd/system/ray-head.service", "&&", "echo", "ok").endswith("ok")
+    # Issue #27 item 10: no key, so vLLM would listen on loopback; the units' HOME is the service user's, 0700 (Ray's
+    # world-writable temp dir lives inside it), each unit has a private /tmp.
+    assert "--host 127.0.0.1" in unit, unit
+    for host, unit_name in ((head, "ray-head.service"), (worker, "ray-worker.service")):
+        assert _ssh(host, "stat", "-c", "'%a %U'", "/var/lib/llmfleet-ray") == "700 vllm"
+        assert _ssh(host, "systemctl", "show", "-P", "PrivateTmp", unit_name) == "yes"
+        # Issue #27 item 7: each node records the dir it serves from over Ray, so pivots sharing the storage keep it.
+        assert json.loads(_ssh(host, "cat", f"/srv/models/.llmfleet/serving/{host}.ray.json")) == {
+            "host": host, "dirs": ["tiny-llama-a"]}
+    assert "session_latest" in _ssh(head, "ls", "/var/lib/llmfleet-ray/tmp")
+    # A driver in a unit of its own with a private /tmp (as vllm-<model>-ray.service runs) joins the cluster through
+    # RAY_ADDRESS and runs a task on it.
+    driver = _ssh(head, "timeout", "300", "systemd-run", "--wait", "--pipe", "--quiet", "-p", "PrivateTmp=true",
+                  "-p", "User=vllm", "-p", "Environment=HOME=/var/lib/llmfleet-ray", "-p", "WorkingDirectory=/var/lib/llmfleet-ray",
+                  "/opt/vllm/bin/python", "-c", "'import ray; ray.init(address=\"127.0.0.1:6391\", log_to_driver=False);"
+                  " print(\"nodes\", sum(n[\"Alive\"] for n in ray.nodes()), \"task\", ray.get(ray.remote(lambda: 41 + 1).remote()))'")
+    assert "nodes 2 task 42" in driver, driver
     # A second run changes nothing (no restart of the head or the worker).
     again = ray_cluster()
     assert again.returncode == 0, _tail(again)
     assert "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-3000:]
+    # With ray_api_key (rendered only): the key is in the vLLM unit's 0600 root-only environment file, nowhere else;
+    # vLLM then listens on every interface.
+    keyed = ray_cluster("-e", "ray_api_key=ray-secret-4711", "-e", "ray_cluster_state=present", "-e", "ray_install=false")
+    assert keyed.returncode == 0, _tail(keyed)
+    assert "ray-secret-4711" not in keyed.stdout + keyed.stderr
+    unit = _ssh(head, "cat", "/etc/systemd/system/vllm-tiny-llama-a-ray.service")
+    assert "--host 0.0.0.0" in unit and "ray-secret-4711" not in unit and "EnvironmentFile=/etc/llmfleet/vllm-ray.env" in unit
+    assert _ssh(head, "stat", "-c", "'%a %U'", "/etc/llmfleet/vllm-ray.env") == "600 root"
+    assert _ssh(head, "cat", "/etc/llmfleet/vllm-ray.env").endswith('VLLM_API_KEY="ray-secret-4711"')
+    assert "ray-secret-4711" not in _ssh(head, "cat", "/etc/llmfleet/ray.env")
+    assert _ssh(worker, "test", "-e", "/etc/llmfleet/vllm-ray.env", "||", "echo", "absent") == "absent"

@@ -456,10 +456,108 @@ def test_disk_plan_bad_input():
         fit_filter.disk_plan(catalog_filter.catalog_entry('glm5-nvfp4'), 10)
 
 
+# --- prune: the models root compared normalised, oldest first (issue #27 item 7) ------------------------------------
+
+@pytest.mark.parametrize('root', ['/srv/models', '/srv/models/', '/srv//models/', '/srv/models/.'])
+def test_disk_plan_protects_kept_and_served_dirs_whatever_the_root_is_spelled(root):
+    """pivot_models_root=/srv/models/ made the protected path /srv/models//model-b: another host's model was pruned."""
+    candidates = [{'path': '/srv/models/model-a', 'size_bytes': 10 * GIB, 'mtime': 300},
+                  {'path': '/srv/models/model-b', 'size_bytes': 10 * GIB, 'mtime': 100},
+                  {'path': '/srv/models/model-new/', 'size_bytes': 1 * GIB, 'mtime': 50}]
+    plan = fit_filter.disk_plan(30 * GIB, 25 * GIB, candidates=candidates, protect=['/srv/models/model-new'],
+                                models_root=root, keep=['model-b'], margin_bytes=0)
+    assert plan['prune'] == ['/srv/models/model-a'] and plan['ok_after_prune'], plan
+
+
+def test_disk_plan_prunes_oldest_first_by_mtime_not_by_name():
+    candidates = [{'path': '/m/aaa-new', 'size_bytes': 8 * GIB, 'mtime': 2000.5},
+                  {'path': '/m/zz-old', 'size_bytes': 8 * GIB, 'mtime': 1000.25},
+                  {'path': '/m/no-mtime', 'size_bytes': 8 * GIB}]
+    plan = fit_filter.disk_plan(20 * GIB, 14 * GIB, candidates=candidates, margin_bytes=0)
+    assert plan['prune'] == ['/m/zz-old'], plan
+    assert fit_filter.disk_plan(40 * GIB, 14 * GIB, candidates=candidates, margin_bytes=0)['prune'] == [
+        '/m/zz-old', '/m/aaa-new', '/m/no-mtime']
+
+
+def test_disk_plan_keep_needs_an_absolute_models_root():
+    errors = fit_filter.disk_plan(1, 10, keep=['model-b'])['errors']
+    assert errors == ["keep needs models_root: the models root (pivot_models_root) must be an absolute path such as"
+                      " /srv/models, got None"]
+    assert fit_filter.disk_plan(1, 10, keep=['m'], models_root='srv/models')['errors'][0].endswith("got 'srv/models'")
+    assert fit_filter.disk_plan(1, 10, protect=[7])['errors'] == ['protect[0] must be a path, got 7']
+
+
+@pytest.mark.parametrize('root', ['/srv/models', '/srv/models/', '//srv/models//'])
+def test_dir_names_under_lists_the_names_a_serving_record_keeps(root):
+    paths = ['/srv/models/b', '/srv/models/a/', '/srv/models/a', '/srv/other/c', '/srv/models', '', None,
+             '/srv/models/a/sub', '/srv/models-x/d']
+    assert fit_filter.dir_names_under(paths, root) == ['a', 'b']
+    with pytest.raises(AnsibleFilterError, match='must be an absolute path'):
+        fit_filter.dir_names_under(paths, 'models')
+    with pytest.raises(AnsibleFilterError, match='expects a list of paths'):
+        fit_filter.dir_names_under('/srv/models/a', root)
+
+
+def test_models_root_usage_lists_candidates_oldest_first_and_records_by_file(tmp_path):
+    """roles/pivot/files/models-root-usage.py, run as the pivot runs it (a process with the root as argument)."""
+    import json
+    import os
+    root = tmp_path / 'models'
+    for name, mtime in (('aaa-new', 2000), ('zz-old', 1000), ('mid', 1500)):
+        (root / name).mkdir(parents=True)
+        (root / name / 'w').write_bytes(b'x' * 4096)
+        os.utime(root / name, (mtime, mtime))
+    (root / '.llmfleet' / 'serving').mkdir(parents=True)
+    (root / '.llmfleet' / 'serving' / 'h1.json').write_text(json.dumps({'host': 'h1', 'dirs': ['mid']}))
+    (root / '.llmfleet' / 'serving' / 'h1.ray.json').write_text(json.dumps({'host': 'h1', 'dirs': ['zz-old']}))
+    script = REPO / 'roles' / 'pivot' / 'files' / 'models-root-usage.py'
+    out = json.loads(subprocess.run([sys.executable, str(script), str(root) + '/'], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert [c['path'] for c in out['candidates']] == [str(root / n) for n in ('zz-old', 'mid', 'aaa-new')]
+    assert [c['mtime'] for c in out['candidates']] == [1000, 1500, 2000]
+    assert all(c['size_bytes'] >= 4096 for c in out['candidates'])
+    assert out['served_by'] == {'h1': ['mid'], 'h1.ray': ['zz-old']}
+
+
+# --- where vLLM listens (issue #27 item 10) ------------------------------------------------------------------------
+
+@pytest.mark.parametrize('requested, gateway, api_key, expected', [
+    ('', False, False, '127.0.0.1'),   # no gateway, no key: never every interface by default
+    (None, False, False, '127.0.0.1'),
+    ('', True, False, '127.0.0.1'),    # behind the gateway
+    ('', True, True, '127.0.0.1'),
+    ('', False, True, '0.0.0.0'),      # a key and no gateway
+    ('0.0.0.0', False, False, '0.0.0.0'),  # asked for explicitly
+    ('10.1.2.3', True, False, '10.1.2.3'),
+    ('::', False, False, '::'),
+    ('gpu-01.example.org', False, False, 'gpu-01.example.org'),
+])
+def test_vllm_bind_host_default_is_loopback_without_a_key(requested, gateway, api_key, expected):
+    assert args_filter.vllm_bind_host(requested, gateway=gateway, api_key=api_key) == expected
+
+
+@pytest.mark.parametrize('bad', ['0.0.0.0\n', '127.0.0.1 --api-key x', 'host;rm', 42, ['0.0.0.0'], '-h'])
+def test_vllm_bind_host_refuses_what_is_no_address(bad):
+    with pytest.raises(AnsibleFilterError, match=r'^pivot_bind_host must be an IP address .* got '):
+        args_filter.vllm_bind_host(bad, variable='pivot_bind_host')
+
+
+def test_roles_take_the_bind_host_from_the_one_rule():
+    """No role or playbook spells the default listen address itself: all go through vllm_bind_host."""
+    import re
+    files = [REPO / 'roles' / 'pivot' / 'vars' / 'main.yml', REPO / 'roles' / 'service_deploy' / 'vars' / 'main.yml',
+             REPO / 'playbooks' / 'ray-cluster.yml']
+    for path in files:
+        text = path.read_text()
+        assert 'vllm_bind_host' in text and "'0.0.0.0'" not in text, path
+    assert re.search(r'^service_deploy_host: ""$', (REPO / 'roles/service_deploy/defaults/main.yml').read_text(), re.M)
+    assert re.search(r'^pivot_bind_host: ""$', (REPO / 'roles/pivot/defaults/main.yml').read_text(), re.M)
+
+
 # --- docs ----------------------------------------------------------------------------------------------------------
 
 FILTERS = ('catalog_entry', 'catalog_models', 'catalog_validate', 'vllm_serve_args', 'systemd_command_line',
-           'systemd_env_file', 'fit_check', 'disk_plan')
+           'systemd_env_file', 'fit_check', 'disk_plan', 'dir_names_under', 'vllm_bind_host')
 
 
 def test_every_filter_is_documented_for_ansible_doc():

@@ -7,6 +7,7 @@
 #   testbed.sh up NAME SSH_PORT [IMAGE]  boot a fresh machine NAME from the base rootfs (or a saved IMAGE),
 #                                    sshd on 127.0.0.1:SSH_PORT
 #   testbed.sh down NAME             power it off and delete it
+#   testbed.sh reboot NAME           a clean reboot (units stop, the machine boots again from its own rootfs)
 #   testbed.sh save NAME IMAGE       power NAME off and keep its rootfs as IMAGE (a cached layer for later ups)
 #   testbed.sh has-image IMAGE       exit 0 when IMAGE is cached
 #   testbed.sh exec NAME CMD...      run CMD inside NAME (nsenter)
@@ -116,6 +117,14 @@ cmd_up() {
   install -m 0600 "$SSH_KEY.pub" "$root/root/.ssh/authorized_keys"
   printf 'Port %s\nListenAddress 127.0.0.1\nPermitRootLogin prohibit-password\nUseDNS no\n' "$port" \
     >"$root/etc/ssh/sshd_config.d/testbed.conf"
+  echo "$port" >"$dir/ssh_port"
+  boot_machine "$name"
+}
+
+# Boot (again) the machine whose rootfs is laid out under $STATE/NAME, and wait until it answers on ssh.
+boot_machine() {
+  local name=$1 dir=$STATE/$1 root=$STATE/$1/rootfs port
+  port=$(cat "$dir/ssh_port")
   local binds=()
   [[ -d /opt/wheels ]] && binds+=(--bind-ro=/opt/wheels)   # local wheels (torch CPU) where the machine has them
   [[ -n ${TESTBED_EXTRA_BIND:-} ]] && binds+=(--bind="$TESTBED_EXTRA_BIND")
@@ -132,7 +141,6 @@ cmd_up() {
       -M "$name" "${binds[@]}"
   ) </dev/null >"$dir/console.log" 2>&1 &
   echo $! >"$dir/nspawn.pid"
-  echo "$port" >"$dir/ssh_port"
   local i leader=""
   for i in $(seq 1 120); do
     leader=$(pgrep -P "$(cat "$dir/nspawn.pid")" 2>/dev/null | head -1 || true)
@@ -182,6 +190,19 @@ cmd_down() {
   log "$name is down"
 }
 
+# A clean reboot that keeps what the machine wrote: systemd stops every unit, the machine boots again from the same
+# rootfs and starts what is enabled.
+cmd_reboot() {
+  local name=${1:?name} leader
+  leader=$(leader_pid "$name") || die "$name is not up"
+  nsenter -t "$leader" -a systemctl poweroff >/dev/null 2>&1 || true
+  for _ in $(seq 1 120); do [[ -z $(nspawn_pids "$name") ]] && break; sleep 0.5; done
+  [[ -z $(nspawn_pids "$name") ]] || die "$name did not power off"
+  remove_machine_cgroup "$name"
+  log "rebooting $name"
+  boot_machine "$name"
+}
+
 cmd_save() {
   local name=${1:?name} image=${2:?image} dir=$STATE/$1
   [[ -d $dir/rootfs ]] || die "$name is not up"
@@ -219,6 +240,7 @@ case ${1:-} in
   build) cmd_build ;;
   up) shift; cmd_up "$@" ;;
   down) shift; cmd_down "$@" ;;
+  reboot) shift; cmd_reboot "$@" ;;
   save) shift; cmd_save "$@" ;;
   has-image) [[ -f $CACHE/images/${2:?image}/.complete ]] ;;
   exec) shift; cmd_exec "$@" ;;

@@ -1,0 +1,14 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters over a slot's record (llmfleet.vllm.host_slots owns the rules)."""
+from __future__ import annotations
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils.host_slots import slot_gateway as _slot_gateway
+
+
+def slot_gateway(record):
+    return _slot_gateway(record)
+
+
+class FilterModule:
+    def filters(self):
+        return {'slot_gateway': slot_gateway}

@@ -1,0 +1,192 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a slot promises its clients across runs (gateway, alias, port), the pivot intent in the slot's record, the
+host lock and the run that owns it: module_utils/host_slots and run_owner, and the host_slots and host_lock modules
+run the way Ansible runs them (a real process with its argument file) on a temporary state directory."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils import host_slots as hs
+from ansible_collections.llmfleet.vllm.plugins.module_utils import run_owner
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHA1, SHA2 = "1" * 40, "2" * 40
+
+
+def _run_module(name, args, check=False):
+    payload = {"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check)}
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, ".ansible", "collections"))
+    proc = subprocess.run([sys.executable, "-m", "ansible_collections.llmfleet.vllm.plugins.modules." + name,
+                           json.dumps(payload)], capture_output=True, text=True, check=False, env=env)
+    return json.loads(proc.stdout)
+
+
+SERVING = {"name": "default", "model": "tiny-llama-a", "port": 8501, "standby_port": 8502, "alias": "chat",
+           "unit": "vllm-tiny-llama-a.service"}
+
+
+@pytest.mark.parametrize("requested, expected", [
+    (None, (True, "kept")), ("", (True, "kept")), ("false", (False, "given")), (True, (True, "given")),
+    ("yes", (True, "given")), ("0", (False, "given"))])
+def test_gateway_not_given_is_kept_turned_off_is_not(requested, expected):
+    assert hs.resolve_gateway(SERVING, requested) == expected
+
+
+def test_gateway_of_a_new_slot_and_of_an_older_release_record():
+    assert hs.resolve_gateway(None) == (False, "default")
+    assert hs.resolve_gateway({"name": "x", "pivot": {}}) == (False, "default")
+    # An older release recorded no `gateway`; a standby port existed only behind one.
+    assert hs.slot_gateway({"model": "m", "standby_port": None}) is False
+    assert hs.slot_gateway(dict(SERVING, gateway=False)) is False
+    with pytest.raises(hs.SlotError, match=r"pivot_gateway must be true or false .* got \"maybe\""):
+        hs.resolve_gateway(SERVING, "maybe", "pivot_gateway")
+
+
+def test_contract_says_what_was_given_and_what_was_kept():
+    contract = hs.contract(SERVING, True, "kept", "chat", None, 8501, None)
+    assert contract == {"gateway": {"value": True, "source": "kept"}, "alias": {"value": "chat", "source": "kept"},
+                        "port": {"value": 8501, "source": "kept"}}
+    assert hs.contract(SERVING, True, "kept", "bot", "bot", 8501, None)["alias"]["source"] == "given"
+    assert hs.contract(None, False, "default", "default", None, 8000, None)["port"]["source"] == "default"
+
+
+def test_a_serving_slot_keeps_its_port_and_a_new_slot_takes_the_requested_one():
+    slots = {"default": SERVING}
+    assert hs.assign_port("default", slots, 8501, requested=8501) == 8501
+    with pytest.raises(hs.SlotError, match=r"pivot_port=8505: slot default serves tiny-llama-a on port 8501, and a serving"
+                                           r" slot keeps its port .*\(-e slot=NAME -e pivot_port=8505\). Nothing was changed"):
+        hs.assign_port("default", slots, 8501, requested="8505", variable="pivot_port")
+    assert hs.assign_port("second", slots, 8501, requested="8505") == 8505
+
+
+def test_intent_names_where_the_slot_comes_from_and_goes():
+    intent = hs.intent_record(dict(SERVING, pivot={"phase": "switching"}), {"model": "tiny-llama-b", "port": 8502},
+                              "blue_green", owner={"id": "c:1"}, now=5.0)
+    assert intent["phase"] == hs.INTENT_SWITCHING and intent["to"]["unit"] == "vllm-tiny-llama-b.service"
+    assert intent["from"] == SERVING and "pivot" not in intent["from"]
+    assert hs.intent_record({"name": "new"}, {"model": "m", "port": 1}, "new")["from"] is None
+    assert hs.intent_of({"pivot": {"phase": "other"}}) is None and hs.intent_of(None) is None
+
+
+def test_module_intent_commit_and_clear(tmp_path):
+    state = str(tmp_path)
+    common = {"state_dir": state, "slot": "default"}
+    set_a = dict(common, action="set", model="tiny-llama-a", revision=SHA1, model_dir="/srv/models/tiny-llama-a",
+                 port=8501, standby_port=8502, alias="chat", gateway=True, since=1.0)
+    assert _run_module("host_slots", set_a)["changed"]
+    # A later run without the flag keeps the slot behind its gateway, and says so.
+    read = _run_module("host_slots", common)
+    assert (read["gateway"], read["gateway_source"], read["intent"]) == (True, "kept", None)
+
+    intend = dict(common, action="intend", model="tiny-llama-b", revision=SHA2, model_dir="/srv/models/tiny-llama-b",
+                  port=8502, standby_port=8501, alias="chat", strategy="blue_green", owner={"id": "ctl:1"})
+    assert _run_module("host_slots", intend, check=True)["changed"]
+    assert _run_module("host_slots", common)["intent"] is None  # check mode wrote nothing
+    _run_module("host_slots", intend)
+    intent = _run_module("host_slots", common)["intent"]
+    assert intent["phase"] == "switching" and intent["from"]["model"] == "tiny-llama-a" and intent["to"]["port"] == 8502
+    assert intent["to"]["gateway"] is True and intent["owner"] == {"id": "ctl:1"}
+
+    # The commit: the record names b; the intent stays, committed, until the old model is gone.
+    commit = dict(set_a, model="tiny-llama-b", revision=SHA2, model_dir="/srv/models/tiny-llama-b", port=8502,
+                  standby_port=8501, commit_intent=True, since=2.0)
+    slots = _run_module("host_slots", commit)["slots"]
+    assert slots["default"]["model"] == "tiny-llama-b" and slots["default"]["pivot"]["phase"] == "committed"
+    assert slots["default"]["pivot"]["from"]["model"] == "tiny-llama-a"
+    cleared = _run_module("host_slots", dict(common, action="clear_intent"))
+    assert cleared["changed"] and "pivot" not in cleared["slots"]["default"]
+    assert cleared["slots"]["default"]["model"] == "tiny-llama-b"
+    assert not _run_module("host_slots", dict(common, action="clear_intent"))["changed"]
+
+    # A new slot's first pivot that never committed leaves no slot behind once its intent goes.
+    _run_module("host_slots", dict(intend, slot="b", model="tiny-llama-c", port=8600, strategy="new"))
+    assert _run_module("host_slots", dict(common, slot="b"))["intent"]["from"] is None
+    assert "b" not in _run_module("host_slots", dict(common, slot="b", action="clear_intent"))["slots"]
+
+
+def test_module_refuses_a_port_change_of_a_serving_slot(tmp_path):
+    state = str(tmp_path)
+    _run_module("host_slots", {"state_dir": state, "action": "set", "model": "tiny-llama-a",
+                               "model_dir": "/srv/models/tiny-llama-a", "port": 8501})
+    plan = _run_module("host_slots", {"state_dir": state, "action": "plan", "model": "tiny-llama-b",
+                                      "models_root": "/srv/models", "port": 8505, "variable_prefix": "pivot_"})
+    assert plan["failed"] and "pivot_port=8505: slot default serves tiny-llama-a on port 8501" in plan["msg"]
+
+
+# --- the host lock and the run that owns it --------------------------------------------------------------------
+
+def _owner(pid, started, controller=None):
+    import socket
+    return {"id": "%s:%d" % (controller or socket.gethostname(), pid), "controller": controller or socket.gethostname(),
+            "boot_id": run_owner.boot_id(), "pid": pid, "started": started}
+
+
+def test_run_alive_tells_a_live_run_from_a_dead_or_reused_pid_and_knows_what_it_cannot_tell():
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        started = run_owner._stat_fields(sleeper.pid)[1]
+        assert run_owner.run_alive(_owner(sleeper.pid, started)) is True
+        assert run_owner.run_alive(_owner(sleeper.pid, started + 1)) is False  # the pid reused by another process
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert run_owner.run_alive(_owner(sleeper.pid, started)) is False
+    assert run_owner.run_alive(_owner(1, 0, controller="another-controller")) is None
+    assert run_owner.run_alive(dict(_owner(os.getpid(), 0), boot_id="an-earlier-boot")) is False
+
+
+def test_this_run_is_the_nearest_ansible_playbook_ancestor(tmp_path):
+    # A real process named ansible-playbook with a child that asks who its run is.
+    script = tmp_path / "ansible-playbook"
+    script.write_text("#!%s\nimport subprocess, sys\nsys.exit(subprocess.call([sys.executable, '-c', sys.argv[1]]))\n"
+                      % sys.executable)
+    script.chmod(0o755)
+    child = ("import json, sys; sys.path.insert(0, %r); "
+             "from ansible_collections.llmfleet.vllm.plugins.module_utils.run_owner import this_run; "
+             "print(json.dumps(this_run()))" % os.path.join(REPO, ".ansible", "collections"))
+    proc = subprocess.Popen([str(script), child], stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    run = json.loads(out)
+    assert run["pid"] == proc.pid and run["id"].endswith(":%d:%d" % (proc.pid, run["started"]))
+
+
+def test_lock_one_run_at_a_time_given_back_and_taken_over_only_from_a_run_that_is_gone(tmp_path):
+    state = str(tmp_path)
+    first, second = _owner(11, 1), _owner(22, 2)
+    took = _run_module("host_lock", {"state_dir": state, "owner": first, "purpose": "pivot slot default to a"})
+    assert took["acquired"] and took["changed"] and took["holder"] is None
+    assert _run_module("host_lock", {"state_dir": state, "owner": first})["changed"] is False  # re-entrant
+    held = _run_module("host_lock", {"state_dir": state, "owner": second})
+    assert not held["acquired"] and held["holder"]["purpose"] == "pivot slot default to a"
+    assert held["holder"]["owner"]["id"] == first["id"]
+    # A takeover names the holder it replaces: a lock taken by a third run meanwhile is not stolen.
+    assert not _run_module("host_lock", {"state_dir": state, "owner": second, "takeover": "someone-else"})["acquired"]
+    taken = _run_module("host_lock", {"state_dir": state, "owner": second, "takeover": first["id"]})
+    assert taken["acquired"] and json.loads((tmp_path / "pivot.lock").read_text())["took_over"] == first["id"]
+    # Only the holder gives it back.
+    assert not _run_module("host_lock", {"state_dir": state, "owner": first, "state": "absent"})["changed"]
+    assert _run_module("host_lock", {"state_dir": state, "owner": second, "state": "absent"})["changed"]
+    assert not (tmp_path / "pivot.lock").exists()
+    # Check mode says it would take the lock and writes nothing.
+    assert _run_module("host_lock", {"state_dir": state, "owner": first}, check=True)["acquired"]
+    assert not (tmp_path / "pivot.lock").exists()
+
+
+def test_lock_two_runs_at_once_one_wins(tmp_path):
+    state = str(tmp_path)
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, ".ansible", "collections"))
+    procs = [subprocess.Popen([sys.executable, "-m", "ansible_collections.llmfleet.vllm.plugins.modules.host_lock",
+                               json.dumps({"ANSIBLE_MODULE_ARGS": {"state_dir": state, "owner": _owner(100 + i, i)}})],
+                              stdout=subprocess.PIPE, text=True, env=env) for i in range(6)]
+    results = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    assert sum(r["acquired"] for r in results) == 1
+    winner = [r for r in results if r["acquired"]][0]
+    assert json.loads((tmp_path / "pivot.lock").read_text())["owner"]["pid"] in (100 + i for i in range(6))
+    assert winner["changed"]
+    time.sleep(0)

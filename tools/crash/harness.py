@@ -1,0 +1,149 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Crash harness: kill the controller (SIGKILL) at a task boundary of a pivot's switch phase, check what the slot's
+clients see, reload HAProxy and reboot the host, then re-run the same command once and check that the host ends
+serving the intended model with its record, units and gateway agreeing (docs/pivot-safety.md).
+
+The kill comes from tools/crash/callback_plugins/crash_after_task.py (boundaries keyed by a task counter). Used by
+tests/integration/test_gateway.py (a few boundaries, make test) and bench/crash.py (every boundary). Loopback and
+test-host addresses only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
+CALLBACKS = os.path.join(REPO, "tools", "crash", "callback_plugins")
+
+
+def run_pivot(inventory, extra, crash_after=None, task_log=None, timeout_s=1800, crash_before_task_named=None):
+    """ansible-playbook playbooks/pivot.yml in a session of its own; crash_after=N kills it after N tasks of the
+    switch phase (crash_before_task_named: as the first task of the phase with that in its name starts). Returns
+    (returncode, stdout, killed)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CALLBACK_PLUGINS=CALLBACKS, ANSIBLE_CALLBACKS_ENABLED="crash_after_task")
+    env.pop("LLMFLEET_CRASH_AFTER", None)
+    env.pop("LLMFLEET_CRASH_BEFORE_TASK_NAMED", None)
+    if crash_before_task_named:
+        env["LLMFLEET_CRASH_BEFORE_TASK_NAMED"] = crash_before_task_named
+    if crash_after is not None:
+        env["LLMFLEET_CRASH_AFTER"] = str(crash_after)
+    if task_log:
+        env["LLMFLEET_CRASH_LOG"] = str(task_log)
+    proc = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inventory),
+                           os.path.join(REPO, "playbooks", "pivot.yml"), *extra],
+                          capture_output=True, text=True, env=env, cwd=REPO, check=False, timeout=timeout_s,
+                          start_new_session=True)
+    return proc.returncode, proc.stdout + proc.stderr, proc.returncode == -9
+
+
+def phase_tasks(task_log):
+    """[(index, action, name)] of the switch phase as a run logged them."""
+    rows = []
+    with open(task_log) as handle:
+        for line in handle:
+            kind, index, action, name = line.rstrip("\n").split("\t", 3)
+            if kind == "TASK":
+                rows.append((int(index), action, name))
+    return rows
+
+
+def probe(gateway_url, alias, api_key=None, timeout_s=30):
+    """One completion through the gateway: 'ok', 'retry' (503 with Retry-After) or what else came back."""
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
+    body = json.dumps({"model": alias, "prompt": "hi", "max_tokens": 2}).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(gateway_url + "/v1/completions", data=body, headers=headers),
+                                    timeout=timeout_s) as resp:
+            return "ok" if resp.status == 200 else "http-%d" % resp.status
+    except urllib.error.HTTPError as exc:
+        if exc.code == 503 and exc.headers.get("Retry-After"):
+            return "retry"
+        return "http-%d" % exc.code
+    except OSError as exc:
+        return "error-%s" % type(exc).__name__
+
+
+def watch(gateway_url, alias, seconds, api_key=None, until_ok=False):
+    """Probe for a while; the outcomes seen (and whether it served at the end)."""
+    seen, deadline = [], time.monotonic() + seconds
+    while True:
+        seen.append(probe(gateway_url, alias, api_key))
+        if (until_ok and seen[-1] == "ok") or time.monotonic() >= deadline:
+            return seen
+        time.sleep(1)
+
+
+def ssh(machine, command):
+    return subprocess.run([TESTBED, "ssh", machine, command], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def host_state(machine, slot="default"):
+    """The slot's record, the lock, its units and the gateway's servers as the host has them."""
+    slots = json.loads(ssh(machine, "cat /var/lib/llmfleet/slots.json") or '{"slots": {}}')["slots"]
+    record = slots.get(slot) or {}
+    units = {}
+    for line in ssh(machine, "systemctl list-units --all --plain --no-legend 'vllm-*.service' | awk '{print $1}'").split():
+        units[line] = ssh(machine, f"systemctl is-active {line}; systemctl is-enabled {line}").split()
+    servers = [line.split() for line in ssh(machine, f"grep -E '^ +server port' /etc/haproxy/haproxy.cfg").splitlines()]
+    return {"record": record, "lock": ssh(machine, "cat /var/lib/llmfleet/pivot.lock 2>/dev/null"), "units": units,
+            "servers": servers}
+
+
+def agrees(state, model):
+    """Problems, empty when the host serves `model` in the slot with record, units and gateway agreeing."""
+    problems = []
+    record = state["record"]
+    if record.get("model") != model:
+        problems.append("record names %s" % record.get("model"))
+    if record.get("pivot"):
+        problems.append("an intent is left: %s" % record["pivot"].get("phase"))
+    if state["lock"]:
+        problems.append("the lock is left")
+    unit = "vllm-%s.service" % model
+    for name, (active, enabled) in state["units"].items():
+        want = ["active", "enabled"] if name == unit else None
+        if want and [active, enabled] != want:
+            problems.append("%s is %s/%s" % (name, active, enabled))
+        if not want and (active == "active" or enabled == "enabled"):
+            problems.append("%s still %s/%s" % (name, active, enabled))
+    if unit not in state["units"]:
+        problems.append("%s does not exist" % unit)
+    active_servers = [s for s in state["servers"] if "disabled" not in s]
+    if record.get("gateway") and [s[1] for s in active_servers] != ["port%s" % record.get("port")]:
+        problems.append("gateway servers %s, record port %s" % (state["servers"], record.get("port")))
+    return problems
+
+
+def crash_and_heal(machine, inventory, extra, boundary, gateway_url, alias, model, reboot=False, api_key=None,
+                   task_log=None, settle_s=3, reboot_wait_s=420):
+    """Kill the pivot after `boundary` tasks of its switch phase (or before the task so named), check (a) the alias answers or says 503 with
+    Retry-After, (b) after `systemctl reload haproxy` (and a reboot) likewise, (c) one re-run ends serving `model`
+    with record, units and gateway agreeing. Returns a dict of what was seen."""
+    named = boundary if isinstance(boundary, str) else None
+    rc, out, killed = run_pivot(inventory, extra, crash_after=None if named else boundary, task_log=task_log,
+                                crash_before_task_named=named)
+    seen = {"boundary": boundary, "killed": killed, "rc": rc}
+    seen["after_kill"] = watch(gateway_url, alias, settle_s, api_key)
+    ssh(machine, "systemctl reload haproxy")
+    seen["after_reload"] = watch(gateway_url, alias, settle_s, api_key)
+    if reboot:
+        subprocess.run([TESTBED, "reboot", machine], check=True, capture_output=True)
+        seen["after_reboot"] = watch(gateway_url, alias, reboot_wait_s, api_key, until_ok=True)
+    rc2, out2, _ = run_pivot(inventory, extra)
+    seen["rerun_rc"] = rc2
+    seen["rerun_tail"] = "" if rc2 == 0 else out2[-3000:]
+    seen["kill_tail"] = "" if killed else out[-3000:]
+    seen["problems"] = agrees(host_state(machine), model)
+    seen["after_heal"] = probe(gateway_url, alias, api_key)
+    outcomes = seen["after_kill"] + seen["after_reload"] + seen.get("after_reboot", [])
+    seen["bad_answers"] = sorted({o for o in outcomes if o not in ("ok", "retry")})
+    seen["healed"] = rc2 == 0 and not seen["problems"] and seen["after_heal"] == "ok"
+    return seen
