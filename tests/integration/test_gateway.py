@@ -240,3 +240,7 @@ def test_gateway_api_keys_let_in_exactly_the_configured_keys(pivot, tmp_path):
     }
     assert statuses == {"Bearer k1": 200, "Bearer k2": 200, "Bearer": 401, "Bearer wrong": 401, "no header": 401,
                         "junk, Bearer": 401, "k1 without Bearer": 401, "two headers": 401, "/health": 200}, statuses
+    # The keys are what the gateway promises its clients: a later run that does not give them keeps them.
+    kept = pivot("-e", f"model={_slot()['model']}")
+    assert kept.returncode == 0, kept.stdout[-6000:]
+    assert (_gateway_status("/v1/models"), _gateway_status("/v1/models", f"Bearer {keys[1]}")) == (401, 200)
