@@ -116,30 +116,59 @@ def test_environment_files_carry_gpu_assignment_and_seed_nccl_settings(rendered)
     assert '--kv-cache-memory-bytes 67108864' in tiny_unit
 
 
+# Run inside a mount namespace of its own with a fresh tmpfs on /dev/shm (never the host's: other processes' segments
+# live there): the segments, a process holding one open and one mapping another, then the rendered script from a
+# working directory holding a file a name with a newline would point `rm` at.
+SHM_SCENARIO = r"""
+import json, mmap, os, subprocess, sys, time
+script, victim_dir, decoy_dir = sys.argv[1:4]
+subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=4m', 'llmfleet-shm-test', '/dev/shm'], check=True)
+names = {'stale': 'nccl-shm-stale', 'held': 'psm_held', 'mapped': 'sem.mp-mapped', 'fresh': 'sem.mp-fresh',
+         'other': 'unrelated', 'newline': 'nccl-x\nvictim'}
+for key, name in names.items():
+    with open('/dev/shm/' + name, 'wb') as handle:
+        handle.write(b'x' * 4096)
+    if key != 'fresh':
+        os.utime('/dev/shm/' + name, (0, 0))  # older than a minute
+holder = subprocess.Popen(['sleep', '60'], stdin=open('/dev/shm/psm_held', 'rb'))
+mapper = subprocess.Popen([sys.executable, '-c', 'import mmap, sys, time; f = open(sys.argv[1], "rb"); '
+                           'm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); f.close(); print(1, flush=True); time.sleep(60)',
+                           '/dev/shm/sem.mp-mapped'], stdout=subprocess.PIPE)
+try:
+    assert mapper.stdout.readline() == b'1\n'  # mapped, file descriptor closed
+    # LLMFLEET_SHM_DIR, which the unit's environment file could carry, must not move the deletion elsewhere.
+    out = subprocess.run([script], capture_output=True, text=True, cwd=victim_dir,
+                         env=dict(os.environ, LLMFLEET_SHM_DIR=decoy_dir))
+finally:
+    for proc in (holder, mapper):
+        proc.kill()
+        proc.wait()
+print(json.dumps({'rc': out.returncode, 'stdout': out.stdout, 'stderr': out.stderr, 'shm': sorted(os.listdir('/dev/shm')),
+                  'victim': sorted(os.listdir(victim_dir)), 'decoy': sorted(os.listdir(decoy_dir))}))
+"""
+
+
 def test_shm_cleanup_removes_only_unheld_stale_segments(rendered, tmp_path):
+    """Issue #27 / review L6: the root cleanup read names line by line (a /dev/shm file 'nccl-x<newline>victim' made
+    it run `rm -f -- victim` in its working directory) and took its directory from LLMFLEET_SHM_DIR."""
     script = rendered['root'] / 'usr/local/libexec/llmfleet/shm-cleanup'
     assert stat.S_IMODE(script.stat().st_mode) == 0o755
-    shm = tmp_path / 'shm'  # never the host's /dev/shm: other processes' segments live there
-    shm.mkdir()
-    names = {key: shm / name for key, name in (('stale', 'nccl-shm-stale'), ('held', 'psm_held'), ('mapped', 'sem.mp-mapped'),
-                                               ('fresh', 'sem.mp-fresh'), ('other', 'unrelated'))}
-    for path in names.values():
-        path.write_bytes(b'x' * 4096)
-    for key in ('stale', 'held', 'mapped', 'other'):
-        os.utime(names[key], (0, 0))  # older than a minute
-    holder = subprocess.Popen(['sleep', '60'], stdin=open(names['held'], 'rb'))  # pylint: disable=consider-using-with
-    mapper = subprocess.Popen([sys.executable, '-c', 'import mmap, sys, time; f = open(sys.argv[1], "rb"); '
-                               'm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ); f.close(); print(1, flush=True); time.sleep(60)',
-                               str(names['mapped'])], stdout=subprocess.PIPE)  # pylint: disable=consider-using-with
-    try:
-        assert mapper.stdout.readline() == b'1\n'  # mapped, file descriptor closed
-        out = subprocess.run([str(script)], capture_output=True, text=True, check=True, env=dict(os.environ, LLMFLEET_SHM_DIR=str(shm)))
-        assert out.stdout == 'shm-cleanup: removed stale %s\n' % names['stale']
-        assert sorted(p.name for p in shm.iterdir()) == ['psm_held', 'sem.mp-fresh', 'sem.mp-mapped', 'unrelated']
-    finally:
-        for proc in (holder, mapper):
-            proc.kill()
-            proc.wait()
+    victim, decoy = tmp_path / 'cwd', tmp_path / 'decoy'
+    victim.mkdir()
+    decoy.mkdir()
+    (victim / 'victim').write_text('keep me')
+    (decoy / 'nccl-decoy').write_text('keep me')
+    os.utime(decoy / 'nccl-decoy', (0, 0))
+    unshare = ['unshare', '--mount', '--propagation', 'private'] + (['--map-root-user'] if os.geteuid() else [])
+    run = subprocess.run(unshare + [sys.executable, '-c', SHM_SCENARIO, str(script), str(victim), str(decoy)],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.splitlines()[-1])
+    assert result['rc'] == 0, result
+    assert result['stdout'] == 'shm-cleanup: removed stale /dev/shm/nccl-shm-stale\n', result
+    assert result['shm'] == ['nccl-x\nvictim', 'psm_held', 'sem.mp-fresh', 'sem.mp-mapped', 'unrelated'], result
+    assert result['victim'] == ['victim'] and result['decoy'] == ['nccl-decoy'], result
+    assert 'LLMFLEET_SHM_DIR' not in script.read_text()
 
 
 @pytest.fixture(scope='session')
