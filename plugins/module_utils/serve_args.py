@@ -48,7 +48,21 @@ NOT_ARGS = ('extra_args', 'environment')
 # Secrets travel in the environment (VLLM_API_KEY), never on the command line where ps and the unit show them.
 FORBIDDEN_ARGS = ('--api-key',)
 
-_SAFE_TOKEN = re.compile(r'^[A-Za-z0-9_@+=:,./-]+$')
+# \Z, not $: $ also matches before a final newline (a token 'chat\n' would be left unquoted and end ExecStart=).
+_SAFE_TOKEN = re.compile(r'^[A-Za-z0-9_@+=:,./-]+\Z')
+
+
+def forbidden_arg(token):
+    """The forbidden option a command-line token names, or None. vLLM's parser turns '_' into '-' in option names and
+    argparse takes any unambiguous prefix of an option, so --api_key, --api-k and --api_k=KEY all name --api-key."""
+    token = _text(token)
+    if not token.startswith('--'):
+        return None
+    name = token[2:].split('=', 1)[0].replace('_', '-').lower()
+    for option in FORBIDDEN_ARGS:
+        if name and option[2:].startswith(name):
+            return option
+    return None
 
 
 def serve_args(serving):
@@ -78,9 +92,9 @@ def serve_args(serving):
             args.extend([flag, json.dumps(value, sort_keys=True, separators=(',', ':'))])
     extra = [_text(v) for v in serving.get('extra_args') or []]
     for token in extra:
-        if token.split('=', 1)[0] in FORBIDDEN_ARGS:
-            raise ValueError('%s must not be passed on the command line: set the API key through the environment'
-                             ' (VLLM_API_KEY, service_deploy_api_key)' % token.split('=', 1)[0])
+        if forbidden_arg(token):
+            raise ValueError('%s must not be passed on the command line (extra_args has %s): set the API key through the'
+                             ' environment (VLLM_API_KEY, service_deploy_api_key)' % (forbidden_arg(token), token.split('=', 1)[0]))
     return args + extra
 
 
@@ -144,7 +158,7 @@ def env_file(environment):
         value = environment[key]
         if value is None:
             continue
-        if not isinstance(key, str) or not re.match(r'^[A-Za-z_][A-Za-z0-9_]*$', key):
+        if not isinstance(key, str) or not re.match(r'^[A-Za-z_][A-Za-z0-9_]*\Z', key):
             raise ValueError('environment variable name %r must match [A-Za-z_][A-Za-z0-9_]*' % (key,))
         text = ('1' if value else '0') if isinstance(value, bool) else str(value)
         text = text.replace('\\', '\\\\').replace('"', '\\"').replace('$', '\\$').replace('`', '\\`')

@@ -9,12 +9,14 @@
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import socket
 import struct
 import subprocess
 import sys
+import threading
 import urllib.request
 
 import pytest
@@ -64,7 +66,37 @@ def _play(role_vars, out, host_vars):
     }
 
 
-def run_plays(tmp_path, cases, inventory="localhost,", host_vars=None, check=False, timeout=600, cli=()):
+class CmdlineWatch:
+    """Reads every /proc/*/cmdline (the test hosts' processes are visible from here too) until stopped and keeps
+    the pids whose command line holds ``needle``."""
+
+    def __init__(self, needle):
+        self.needle, self.hits, self.scans = needle.encode(), set(), 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            for path in glob.glob("/proc/[0-9]*/cmdline"):
+                try:
+                    with open(path, "rb") as handle:
+                        if self.needle in handle.read():
+                            self.hits.add(path.split("/")[2])
+                except OSError:
+                    pass
+            self.scans += 1
+            self._stop.wait(0.05)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def run_plays(tmp_path, cases, inventory="localhost,", host_vars=None, check=False, timeout=600, cli=(), options=()):
     """One playbook, one play per role_vars in cases; returns (rc, [outcome dict], output).
 
     outcome: ok (bool) and msg on failure, else the role's published facts.
@@ -80,6 +112,7 @@ def run_plays(tmp_path, cases, inventory="localhost,", host_vars=None, check=Fal
         cmd.append("--check")
     for key_value in cli:  # -e key=value: every such value reaches the role as a string
         cmd += ["-e", key_value]
+    cmd += list(options)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_HOST_KEY_CHECKING="false")
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
@@ -236,6 +269,23 @@ def test_error_rate_over_limit_fails_after_storing(stream_server, tmp_path):
     assert len(list((tmp_path / "results" / "localhost" / "healthy").glob("*.json"))) == 1
 
 
+def test_api_key_reaches_the_server_but_no_command_line_or_log(stream_server, tmp_path):
+    """benchmark_api_key (from the play's vars, as a vault would give it) reaches a server that refuses requests
+    without it, and is on no command line (a watcher reads every /proc/*/cmdline during the run) nor in -vvv output."""
+    key = "sk-itest-bench-%s" % os.urandom(8).hex()
+    key_file = tmp_path / "server.key"
+    key_file.touch(mode=0o600)
+    key_file.write_text(key)
+    srv = stream_server("--api-key-file", str(key_file))
+    with CmdlineWatch(key) as watch:
+        rc, res, out = run_role(tmp_path, base_vars(tmp_path, srv.base_url, benchmark_api_key=key,
+                                                    benchmark_use_vllm_bench=False), options=["-vvv"])
+    assert rc == 0 and res["ok"], out[-4000:]
+    check_record(res["result"], "fixture-model", [1, 4])  # every request passed the server's key check
+    assert watch.scans > 10 and not watch.hits, "the key was on the command line of pids %s" % sorted(watch.hits)
+    assert key not in out, [line for line in out.splitlines() if key in line][:3]
+
+
 def test_endpoint_down_is_a_clear_failure(tmp_path):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -311,12 +361,19 @@ def test_real_vllm_sweep_store_fetch_and_vllm_bench(vllm_server, machine_invento
     and `vllm bench serve` beside it on as many requests (comparisons of real runs: test_pivot_faults)."""
     host = vllm_server.machine
     rootfs = os.path.join(STATE, host, "rootfs")
+    key = "sk-itest-vllm-bench-%s" % os.urandom(8).hex()
     common = dict(base_vars(tmp_path, vllm_server.base_url), benchmark_concurrency=[1, 4, 16],
                   benchmark_results_dir="/var/lib/llmfleet/results", benchmark_time_to_ready_s=93.5,
                   benchmark_min_repeats=3, benchmark_max_repeats=3,  # CI time: the rounds are tested elsewhere
-                  benchmark_use_vllm_bench=True)
-    rc, first, out = run_role(tmp_path, common, inventory=machine_inventory)
-    assert rc == 0 and first["ok"], out
+                  benchmark_use_vllm_bench=True, benchmark_api_key=key)
+    # vLLM here takes any key; what counts is that the key is on no command line (sudo, sh, ssh, vllm bench) and not
+    # in -vvv output (test_api_key_reaches_the_server_but_no_command_line_or_log: it reaches a server that checks it).
+    with CmdlineWatch(key) as watch:
+        rc, first, out = run_role(tmp_path, common, inventory=machine_inventory, options=["-vvv"])
+    assert rc == 0 and first["ok"], out[-6000:]
+    assert watch.scans > 10 and not watch.hits, "the key was on the command line of pids %s" % sorted(watch.hits)
+    assert key not in out, [line for line in out.splitlines() if key in line][:3]
+    assert vllm_server.machine_exec("sh", "-c", "ls /tmp/llmfleet-bench-key.* 2>/dev/null", check=False).stdout == ""
     rec = first["result"]
     check_record(rec, vllm_server.model, [1, 4, 16])
     for lv in rec["levels"]:

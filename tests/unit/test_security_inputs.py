@@ -1,0 +1,36 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Input rules from the security review of issue 27: secrets off the vLLM command line (L2), names that end in a
+newline (L1: `$` matches before a final newline, so every rule anchors with \\Z), ports vLLM can bind and recorded
+unit names (L8, L11)."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils import serve_args as sa
+
+
+@pytest.mark.parametrize('token', [
+    '--api-key', '--api-key=sk-x', '--api_key', '--api_key=sk-x', '--api-k', '--api_k=sk-x', '--API-KEY', '--api-',
+])
+def test_every_spelling_of_api_key_is_refused(token):
+    """vLLM's parser turns '_' into '-' and argparse takes an unambiguous prefix: each of these sets --api-key."""
+    with pytest.raises(ValueError, match='--api-key must not be passed on the command line'):
+        sa.serve_args({'extra_args': [token, 'sk-secret']})
+
+
+@pytest.mark.parametrize('token', ['--api-server-count', '--port', 'api-key', '-a', '--', 'sk-x', '--apikey'])
+def test_other_tokens_pass_the_api_key_guard(token):
+    assert sa.forbidden_arg(token) is None
+    if token.startswith('--') and len(token) > 2:
+        assert sa.serve_args({'extra_args': [token]}) == [token]
+
+
+@pytest.mark.parametrize('token', ['chat\n', 'a\nb', '\n'])
+def test_a_newline_is_never_left_unquoted_in_exec_start(token):
+    quoted = sa.systemd_quote(token)
+    assert '\n' not in quoted and quoted.startswith('"'), quoted
+
+
+def test_an_environment_name_ending_in_a_newline_is_refused():
+    with pytest.raises(ValueError, match='environment variable name'):
+        sa.env_file({'NAME\n': 'x'})
