@@ -36,9 +36,10 @@ BLOCK = _Kind('a list of one or two positive integers, e.g. [128, 128]',
               lambda v: isinstance(v, list) and len(v) in (1, 2) and all(_is_int(i) and i > 0 for i in v))
 JSON_MAP = _Kind('a mapping with string keys (rendered as one JSON argument)',
                  lambda v: isinstance(v, dict) and v != {} and all(isinstance(k, str) for k in v))
-NAME_RE = re.compile(r'^[a-z0-9][a-z0-9._-]{0,62}$')
-REPO_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$')
-ENV_KEY_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
+# \Z, not $: $ also matches before a final newline.
+NAME_RE = re.compile(r'^[a-z0-9][a-z0-9._-]{0,62}\Z')
+REPO_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z')
+ENV_KEY_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*\Z')
 REPO = _Kind('a Hugging Face repo id "owner/name"', lambda v: isinstance(v, str) and bool(REPO_RE.match(v)))
 STR_LIST = _Kind('a list of strings', lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v))
 NAMES = _Kind('a string or a list of non-empty strings',

@@ -39,8 +39,8 @@ MANIFEST_FILENAME = ".llmfleet-manifest.json"
 MANIFEST_FORMAT = 1
 # huggingface_hub's local_dir download keeps its bookkeeping under .cache/huggingface/.
 DEFAULT_IGNORE_PATTERNS = (MANIFEST_FILENAME, ".cache/*")
-_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
-_SHA1_HEX = re.compile(r"^[0-9a-f]{40}$")
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}\Z")
+_SHA1_HEX = re.compile(r"^[0-9a-f]{40}\Z")
 
 
 class ManifestError(ValueError):

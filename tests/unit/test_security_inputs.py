@@ -4,8 +4,12 @@ newline (L1: `$` matches before a final newline, so every rule anchors with \\Z)
 unit names (L8, L11)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils import catalog
+from ansible_collections.llmfleet.vllm.plugins.module_utils import host_slots as hs
 from ansible_collections.llmfleet.vllm.plugins.module_utils import serve_args as sa
 
 
@@ -34,3 +38,26 @@ def test_a_newline_is_never_left_unquoted_in_exec_start(token):
 def test_an_environment_name_ending_in_a_newline_is_refused():
     with pytest.raises(ValueError, match='environment variable name'):
         sa.env_file({'NAME\n': 'x'})
+
+
+# ----------------------------------------------------------------------------- L1: names that end in a newline
+
+@pytest.mark.parametrize('name', ['chat\n', 'default\n', 'a\n'])
+def test_a_slot_name_ending_in_a_newline_is_refused(name):
+    with pytest.raises(hs.SlotError, match='slot must be a slot name'):
+        hs.check_slot_name(name)
+
+
+@pytest.mark.parametrize('alias', ['chat\n', 'chat\nslot_x'])
+def test_an_alias_ending_in_a_newline_is_refused(alias):
+    with pytest.raises(hs.SlotError, match='pivot_alias must be a model alias'):
+        hs.assign_alias('default', {}, alias, variable='pivot_alias')
+
+
+def test_a_commit_ending_in_a_newline_is_not_a_commit():
+    assert hs.COMMIT_RE.match('a' * 40) and not hs.COMMIT_RE.match('a' * 40 + '\n')
+
+
+def test_a_model_name_ending_in_a_newline_is_refused_by_the_catalog():
+    assert catalog.validate_entry('tiny-llama-a', {}) != catalog.validate_entry('tiny-llama-a\n', {})
+    assert any('the model name must match' in e for e in catalog.validate_entry('tiny-llama-a\n', {}))
