@@ -28,7 +28,11 @@ def _is_int(v):
 STR = _Kind('a non-empty string', lambda v: isinstance(v, str) and v != '')
 BOOL = _Kind('true or false', lambda v: isinstance(v, bool))
 POS_INT = _Kind('a positive integer', lambda v: _is_int(v) and v > 0)
-PORT = _Kind('an integer port in 1..65535', lambda v: _is_int(v) and 1 <= v <= 65535)
+# vLLM's units run without capabilities (CapabilityBoundingSet= is empty): no port below 1024 (host_slots uses these).
+MIN_VLLM_PORT = 1024
+MAX_PORT = 65535
+PORT = _Kind('an integer port in %d..%d (vLLM runs without privileges: none below %d)' % (MIN_VLLM_PORT, MAX_PORT, MIN_VLLM_PORT),
+             lambda v: _is_int(v) and MIN_VLLM_PORT <= v <= MAX_PORT)
 FRACTION = _Kind('a number in (0, 1]', lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1)
 POS_NUM = _Kind('a positive number', lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
 NONNEG_INT = _Kind('a non-negative integer', lambda v: _is_int(v) and v >= 0)

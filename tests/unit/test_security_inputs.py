@@ -61,3 +61,34 @@ def test_a_commit_ending_in_a_newline_is_not_a_commit():
 def test_a_model_name_ending_in_a_newline_is_refused_by_the_catalog():
     assert catalog.validate_entry('tiny-llama-a', {}) != catalog.validate_entry('tiny-llama-a\n', {})
     assert any('the model name must match' in e for e in catalog.validate_entry('tiny-llama-a\n', {}))
+
+
+# ----------------------------------------------------------------------------- L8, L11: ports and recorded units
+
+def test_the_standby_port_stays_in_the_port_range():
+    assert hs.standby_port('default', {}, 65535) == 65534
+    assert hs.standby_port('default', {'b': {'port': 65534}}, 65535) == 65533
+    assert hs.standby_port('default', {}, 8000) == 8001
+    # a recorded standby port out of the range is not kept
+    assert hs.standby_port('default', {'default': {'port': 8000, 'standby_port': 70000}}, 8000) == 8001
+
+
+@pytest.mark.parametrize('port', [80, 1023, 0, 65536])
+def test_a_port_vllm_cannot_bind_is_refused(port):
+    with pytest.raises(hs.SlotError, match=r'pivot_port must be a TCP port in 1024\.\.65535 \(vLLM runs without privileges'):
+        hs.assign_port('default', {}, 8000, requested=port, variable='pivot_port')
+
+
+@pytest.mark.parametrize('unit', ['vllm-a.service; touch /tmp/x', 'vllm-a.service\n', '$(id).service', 'vllm-a', 7])
+def test_a_recorded_unit_that_is_not_a_service_name_is_refused(unit):
+    state = json.dumps({'version': 1, 'slots': {'default': {'name': 'default', 'model': 'a', 'unit': unit}}})
+    with pytest.raises(hs.SlotError, match='slot default records the unit .*not a systemd service name'):
+        hs.load_state(state)
+    with pytest.raises(hs.SlotError, match='not a systemd service name'):
+        hs.load_state(None, json.dumps({'model': 'a', 'unit': unit}))
+
+
+def test_recorded_service_names_load():
+    state = {'version': 1, 'slots': {'default': {'name': 'default', 'model': 'a', 'unit': 'vllm-a.service'},
+                                     'b': {'name': 'b', 'model': 'h', 'unit': 'vllm-handmade@x:1.service'}}}
+    assert hs.load_state(json.dumps(state)) == (state['slots'], False)
