@@ -19,7 +19,6 @@ import os
 import re
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.catalog import MAX_PORT, MIN_VLLM_PORT
-from ansible_collections.llmfleet.vllm.plugins.module_utils.catalog import MAX_PORT, MIN_VLLM_PORT
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import MANIFEST_FILENAME
 
 DEFAULT_STATE_DIR = '/var/lib/llmfleet'
@@ -39,8 +38,6 @@ BOOL_FALSE = ('false', 'no', 'off', '0')
 SLOT_NAME_RE = re.compile(r'^[a-z][a-z0-9-]{0,31}\Z')
 COMMIT_RE = re.compile(r'^[0-9a-f]{40}\Z')
 ALIAS_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}\Z')
-# A systemd service name as host state records it (it reaches a command line: unit-stopped-at.py).
-UNIT_RE = re.compile(r'^[A-Za-z0-9@._:-]+[.]service\Z')
 # A systemd service name as host state records it (it reaches a command line: unit-stopped-at.py).
 UNIT_RE = re.compile(r'^[A-Za-z0-9@._:-]+[.]service\Z')
 # vLLM's default share of each GPU's memory (fit_check uses the same figure).
