@@ -8,16 +8,22 @@ without a hub. Sizes are the hub's real file sizes, taken from a manifest built 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
+import socket
+import ssl
 import stat
 import tempfile
 import threading
 import time
+from urllib.parse import urlsplit
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.fit_check import disk_plan
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import load_record as load_patch_record
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import original_path
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import MANIFEST_FILENAME
 
 GB = 1000 ** 3
 # huggingface_hub keeps its local_dir bookkeeping (and in-flight *.incomplete files) here.
@@ -132,6 +138,89 @@ def space_check(local_dir, models_root, to_download_bytes, margin_bytes, free=No
                (" Pruning %s would be enough." % ", ".join(plan["prune"])) if plan.get("prune") and plan.get("ok_after_prune")
                else " Pruning all of them would not be enough." if candidates else ""))
     return result
+
+
+PUBLIC_HUB = "https://huggingface.co"
+COMMIT_RE = re.compile(r"\A[0-9a-f]{40}\Z")
+# Exceptions (by class name, anywhere in the chain) that mean the hub was never reached: huggingface_hub 2.x raises
+# httpx's (ConnectError, ConnectTimeout, ...: TransportError), 1.x requests' ConnectionError / Timeout.
+_UNREACHABLE_NAMES = {"TransportError", "NetworkError", "ConnectError", "ConnectTimeout", "TimeoutException",
+                      "ProxyError", "ConnectionError", "Timeout", "OfflineModeIsEnabled"}
+
+
+def _is_loopback(host):
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def endpoint_error(endpoint, token_set):
+    """Why the hub client must not use ``endpoint``, or None (none given: the public hub, https).
+
+    A hub token goes to the endpoint with every request: over plain http only to this host's loopback (a mirror
+    on the same machine), never across a network in clear text.
+    """
+    if not endpoint:
+        return None
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in endpoint):
+        return ("model_fetch_hf_endpoint must be an http(s) URL such as https://hf-mirror.example.org, got %r" % (endpoint,))
+    if parts.scheme == "http" and token_set and not _is_loopback(parts.hostname):
+        return ("model_fetch_hf_endpoint %s is plain http and a hub token is set (model_fetch_hf_token or"
+                " model_fetch_hf_token_file): the token would cross the network in clear text. Use an https:// endpoint,"
+                " a mirror on this host's loopback, or no token for this mirror. Nothing was sent." % endpoint)
+    return None
+
+
+def hub_unreachable(exc):
+    """'<Class>: <detail>' when ``exc`` (or an exception it was raised from) says the hub was never reached - connection
+    refused, no route, name not resolved, timeout, TLS failure, offline mode - else None (the hub answered)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        names = {cls.__name__ for cls in type(exc).__mro__}
+        if names & _UNREACHABLE_NAMES or isinstance(exc, (ConnectionError, socket.gaierror, TimeoutError, ssl.SSLError)):
+            return "%s: %s" % (type(exc).__name__, str(exc).strip() or repr(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def local_commits(models_root, name):
+    """[{path, revision}] of the dirs under models_root that hold ``name`` (<name>, <name>--<sha12>) with a manifest
+    (written by model_fetch after a verified download) naming a commit; sorted by path."""
+    found = []
+    try:
+        entries = sorted(os.listdir(models_root))
+    except OSError:
+        return found
+    for entry in entries:
+        if entry != name and not entry.startswith(name + "--"):
+            continue
+        try:
+            with open(os.path.join(models_root, entry, MANIFEST_FILENAME)) as handle:
+                revision = json.load(handle).get("revision")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(revision, str) and COMMIT_RE.match(revision):
+            found.append({"path": os.path.join(models_root, entry), "revision": revision})
+    return found
+
+
+def unreachable_message(endpoint, repo_id, revision, detail, held):
+    """What to tell the user when the hub could not be reached to resolve ``revision``; ``held``: local_commits()."""
+    msg = ("the hub at %s could not be reached to resolve revision %s of %s (%s); this is no answer about the"
+           " revision." % (endpoint or PUBLIC_HUB, json.dumps(revision), repo_id, detail))
+    if held:
+        where = ", ".join("commit %s in %s" % (h["revision"], h["path"]) for h in held)
+        msg += (" This host holds %s: to go on without the hub, give that commit as the revision (pivot: -e revision=%s;"
+                " model_fetch: model_fetch_revision) - the run then goes on offline, verifying the files on disk against"
+                " their manifest - or set model_fetch_offline=true." % (where, held[-1]["revision"]))
+    else:
+        msg += " No copy of it is on this host, so it cannot be fetched until the hub answers."
+    return msg
 
 
 def manifests_equal(a, b):

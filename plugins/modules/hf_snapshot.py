@@ -56,7 +56,10 @@ options:
       - Used when O(token) is not given.
     type: path
   endpoint:
-    description: Hub endpoint (a mirror); C(HF_ENDPOINT) semantics. Defaults to the public hub.
+    description:
+      - Hub endpoint (a mirror); C(HF_ENDPOINT) semantics. Defaults to the public hub.
+      - With a token (O(token), O(token_file)) a plain C(http://) endpoint is refused unless it is this host's loopback
+        (the token would cross the network in clear text); nothing is sent.
     type: str
   offline:
     description:
@@ -82,6 +85,10 @@ options:
     description:
       - Only resolve O(revision) to the commit it points to (RV(revision)); list, plan and download nothing. Fails,
         naming the revision, when the hub does not know it.
+      - When the hub cannot be reached (refused, unresolved, timed out) and O(revision) is a commit a directory under
+        O(models_root) (C(<name>) or C(<name>--<sha12>)) holds by its manifest, returns it with RV(offline=true) (the
+        caller goes on without the hub); otherwise fails saying the hub could not be reached and which commits this
+        host holds.
     type: bool
     default: false
   progress_interval:
@@ -216,6 +223,23 @@ progress:
   description: Last progress record (bytes_done, bytes_total, files_done, files_total, mb_per_s, eta_s, files_hashed, bytes_hashed).
   returned: when something was downloaded
   type: dict
+offline:
+  description: O(resolve_only) with an unreachable hub and a commit this host holds - go on without the hub.
+  returned: when the hub could not be reached
+  type: bool
+hub_unreachable:
+  description: The hub could not be reached (RV(endpoint) names it); the message says why and how to go on offline.
+  returned: when the hub could not be reached
+  type: bool
+endpoint:
+  description: The hub endpoint that could not be reached.
+  returned: when the hub could not be reached
+  type: str
+held:
+  description: The commits this host holds under O(models_root) for the model, C({path, revision}).
+  returned: when the hub could not be reached
+  type: list
+  elements: dict
 hashed_while_downloading:
   description:
     - What O(hash_while_downloading) hashed before the download ended (C(files_hashed), C(bytes_hashed), C(files_to_hash),
@@ -240,9 +264,11 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest impor
     MANIFEST_FILENAME, ManifestError, load_manifest, manifest_from_siblings, write_manifest)
 
 HF_IMPORT_ERROR = None
+HF_ENDPOINT = None
 try:
     import huggingface_hub
     from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+    from huggingface_hub.constants import ENDPOINT as HF_ENDPOINT
     from huggingface_hub.utils import filter_repo_objects
 except ImportError:
     HF_IMPORT_ERROR = traceback.format_exc()
@@ -269,6 +295,22 @@ def run_offline(module, local_dir, started):
         to_download=to_download, bytes_to_download=sum(f["size"] for f in to_download), bytes_downloaded=0,
         files_downloaded=[], manifest_written=False, missing=[f["path"] for f in to_download],
         seconds=round(time.time() - started, 3))
+
+
+def _hub_unreachable(module, p, local_dir, models_root, detail, started):
+    """The hub was never reached. Resolving a commit this host already holds (a manifest names it) goes on without
+    the hub (offline=true in the result: the caller fetches nothing and verifies the files on disk); anything else
+    fails, saying that the hub could not be reached (not that the revision is unknown) and how to go on offline."""
+    endpoint = p["endpoint"] or HF_ENDPOINT or hfd.PUBLIC_HUB
+    held = hfd.local_commits(models_root, os.path.basename(local_dir))
+    holding = [h for h in held if h["revision"] == p["revision"]]
+    if p["resolve_only"] and holding:
+        module.warn("the hub at %s could not be reached (%s); %s@%s is on this host (%s): going on without the hub"
+                    % (endpoint, detail, p["repo_id"], p["revision"], holding[0]["path"]))
+        module.exit_json(changed=False, path=local_dir, repo_id=p["repo_id"], revision=p["revision"], offline=True,
+                         hub_unreachable=True, endpoint=endpoint, held=held, seconds=round(time.time() - started, 3))
+    module.fail_json(msg=hfd.unreachable_message(endpoint, p["repo_id"], p["revision"], detail, held),
+                     hub_unreachable=True, endpoint=endpoint, held=held)
 
 
 def _hub_error(module, what, exc, **extra):
@@ -332,13 +374,19 @@ def main():
             module.fail_json(msg="cannot use token_file: %s" % exc)
     # False: never fall back to a token stored elsewhere on the host (~/.cache/huggingface/token).
     token = token or False
+    bad_endpoint = hfd.endpoint_error(p["endpoint"], bool(token))
+    if bad_endpoint:
+        module.fail_json(msg=bad_endpoint)
     models_root = p["models_root"] or os.path.dirname(local_dir)
 
     try:
         info = HfApi(endpoint=p["endpoint"], token=token).model_info(
             p["repo_id"], revision=p["revision"], files_metadata=not p["resolve_only"], timeout=p["etag_timeout"])
     except Exception as exc:  # pylint: disable=broad-except
-        _hub_error(module, "reading metadata of %s at revision %s failed:" % (p["repo_id"], p["revision"]), exc)
+        unreachable = hfd.hub_unreachable(exc)
+        if not unreachable:
+            _hub_error(module, "reading metadata of %s at revision %s failed:" % (p["repo_id"], p["revision"]), exc)
+        _hub_unreachable(module, p, local_dir, models_root, unreachable, started)
     commit = info.sha
     if p["resolve_only"]:
         module.exit_json(changed=False, path=local_dir, repo_id=p["repo_id"], revision=commit,

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -150,6 +151,16 @@ def test_download_idempotent_and_progress(play, hub):
     assert second.rc == 0 and second.changed == 0, second
     assert second.result["bytes_downloaded"] == 0 and second.result["verified"] is True
     assert resolve_gets(hub) == []
+    # Issue #27 item 11: a hub that cannot be reached (a port nothing listens on) is said to be unreachable, naming the
+    # endpoint, the error and the commit the host holds - not reported as an unknown revision.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = "http://127.0.0.1:%d" % sock.getsockname()[1]
+    down = play(model_a("/srv/t-basic", model_fetch_hf_endpoint=closed))
+    assert down.rc != 0 and down.changed == 0, down
+    assert 'the hub at %s could not be reached to resolve revision "main" of %s (ConnectError: ' % (closed, REPO_A) in down.out, down
+    assert "Connection refused" in down.out and "is not a branch" not in down.out, down
+    assert "holds commit %s in /srv/t-basic/tiny-llama-a" % first.result["revision"] in down.out, down
 
 
 def test_check_mode_reports_without_downloading(play, hub):

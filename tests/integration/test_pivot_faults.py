@@ -138,6 +138,12 @@ def test_rerun_same_model_changes_nothing_and_state_of_an_older_release_is_migra
     assert result.returncode == 0, result.stdout[-4000:]
     assert "changed=0" in result.stdout.split("PLAY RECAP")[-1]
     _assert_a_untouched(pid)
+    # Issue #27 item 11: with the hub unreachable (a port nothing listens on) the re-run for the commit the slot serves
+    # goes on without it (the files on disk verified against their manifest), and says so.
+    offline = pivot("-e", "model=tiny-llama-a", "-e", "model_fetch_hf_endpoint=http://127.0.0.1:9")
+    assert offline.returncode == 0, offline.stdout[-4000:]
+    assert "The hub at http://127.0.0.1:9 could not be reached; %s is on this host" % commit in offline.stdout, offline.stdout[-4000:]
+    _assert_a_untouched(pid)
 
 
 def test_check_mode_pivot_reports_and_changes_nothing(pivot):
@@ -406,6 +412,9 @@ def _catalog_entry(name: str) -> dict:
     (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", "pivot_port=8401"], "pivot_port=8401 is already used by slot default"),
     (["-e", "slot=b", "-e", "revision=" + "0" * 40], "pivot_revision (-e revision=) \"" + "0" * 40 + "\" is not a branch, tag or commit"),
     (["-e", "slot=b", "-e", "pivot_gpu_ids=0,1"], "pivot_gpu_ids=[0, 1]: the model runs on the CPU engine"),
+    # Issue #27 item 11: an unreachable hub is said so (not "not a branch, tag or commit"), before any change.
+    (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", "model_fetch_hf_endpoint=http://127.0.0.1:9"],
+     'Cannot pivot tiny-llama-c: the hub at http://127.0.0.1:9 could not be reached to resolve revision "main"'),
     (["-e", "slot=b", "-e", "pivot_gate_min_repeats=0"], "pivot_gate_min_repeats must be a whole number >= 1"),
 ])
 def test_bad_slot_requests_fail_before_any_change(pivot, extra, message):

@@ -103,3 +103,117 @@ def test_progress_counts_complete_files_and_incomplete_bytes(tmp_path):
     assert data["percent"] == 55.0
     final = writer.stop("done")
     assert json.load(open(tmp_path / hfd.PROGRESS_RELPATH)) == final and final["state"] == "done"
+
+
+# --- an unreachable hub (issue #27 item 11) and a token over plain http (review L10) ------------------------------
+# Real sockets, no mock: a port that was just bound and closed refuses connections; the module runs as Ansible runs it
+# (a process with its arguments), with the repo's huggingface_hub.
+
+COMMIT = "3" * 40
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _closed_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _run_hf_snapshot(**args):
+    import subprocess
+    import sys
+    payload = {"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=False)}
+    proc = subprocess.run([sys.executable, "-m", "ansible_collections.llmfleet.vllm.plugins.modules.hf_snapshot",
+                           json.dumps(payload)], capture_output=True, text=True, check=False, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=os.path.join(REPO, ".ansible", "collections"), HF_HUB_DISABLE_TELEMETRY="1"))
+    return json.loads(proc.stdout)
+
+
+def _hold(root, name, commit):
+    os.makedirs(os.path.join(root, name))
+    with open(os.path.join(root, name, ".llmfleet-manifest.json"), "w") as handle:
+        json.dump({"repo_id": "org/m", "revision": commit, "files": []}, handle)
+
+
+def test_hub_unreachable_names_a_refused_connection_and_not_an_answer_of_the_hub():
+    from huggingface_hub import HfApi
+    port = _closed_port()
+    with pytest.raises(Exception) as refused:
+        HfApi(endpoint="http://127.0.0.1:%d" % port, token=False).model_info("org/m", revision="main", timeout=5)
+    detail = hfd.hub_unreachable(refused.value)
+    assert detail is not None and "ConnectError" in detail and "Connection refused" in detail, detail
+    assert hfd.hub_unreachable(ValueError("revision main not found")) is None
+
+
+def test_hub_that_answers_404_is_not_unreachable():
+    import http.server
+    import threading
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # 501 to every request
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        from huggingface_hub import HfApi
+        with pytest.raises(Exception) as answered:
+            HfApi(endpoint="http://127.0.0.1:%d" % server.server_address[1], token=False).model_info("org/m", timeout=5)
+        assert hfd.hub_unreachable(answered.value) is None, answered.value
+    finally:
+        server.shutdown()
+
+
+def test_resolving_with_an_unreachable_hub_says_so_and_names_the_commit_held(tmp_path):
+    """Today's message was '"main" is not a branch, tag or commit ... ConnectError: Connection refused'."""
+    root = tmp_path / "models"
+    _hold(str(root), "m", COMMIT)
+    endpoint = "http://127.0.0.1:%d" % _closed_port()
+    result = _run_hf_snapshot(repo_id="org/m", revision="main", local_dir=str(root / "m"), resolve_only=True,
+                              endpoint=endpoint, etag_timeout=5)
+    assert result.get("failed") and result["hub_unreachable"] is True and result["endpoint"] == endpoint, result
+    msg = result["msg"]
+    assert msg.startswith('the hub at %s could not be reached to resolve revision "main" of org/m (ConnectError: ' % endpoint), msg
+    assert "Connection refused" in msg and "is not a branch" not in msg
+    assert "holds commit %s in %s" % (COMMIT, root / "m") in msg and "-e revision=%s" % COMMIT in msg, msg
+    # Nothing held: said as plainly.
+    empty = _run_hf_snapshot(repo_id="org/other", revision="main", local_dir=str(root / "other"), resolve_only=True,
+                             endpoint=endpoint, etag_timeout=5)
+    assert empty["failed"] and "No copy of it is on this host" in empty["msg"], empty
+
+
+def test_a_commit_the_host_holds_resolves_without_the_hub(tmp_path):
+    root = tmp_path / "models"
+    _hold(str(root), "m--" + COMMIT[:12], COMMIT)
+    _hold(str(root), "m", "4" * 40)
+    endpoint = "http://127.0.0.1:%d" % _closed_port()
+    result = _run_hf_snapshot(repo_id="org/m", revision=COMMIT, local_dir=str(root / "m"), resolve_only=True,
+                              endpoint=endpoint, etag_timeout=5)
+    assert not result.get("failed") and result["revision"] == COMMIT and result["offline"] is True, result
+    assert result["held"] == [{"path": str(root / "m"), "revision": "4" * 40},
+                              {"path": str(root / ("m--" + COMMIT[:12])), "revision": COMMIT}]
+    assert "going on without the hub" in json.dumps(result.get("warnings", [])), result
+
+
+@pytest.mark.parametrize("endpoint, refused", [
+    ("http://10.255.255.1:8080", True),       # a mirror on the network, plain http: the token would travel in clear
+    ("http://mirror.example.org", True),
+    ("https://mirror.example.org", False),
+    ("http://127.0.0.1:9", False),            # this host's loopback
+    ("http://localhost:9", False),
+    ("http://[::1]:9", False),
+])
+def test_a_token_never_goes_to_a_plain_http_endpoint_off_this_host(endpoint, refused):
+    error = hfd.endpoint_error(endpoint, token_set=True)
+    if refused:
+        assert error.startswith("model_fetch_hf_endpoint %s is plain http and a hub token is set" % endpoint), error
+    else:
+        assert error is None
+    assert hfd.endpoint_error(endpoint, token_set=False) is None
+    assert hfd.endpoint_error("ftp://mirror", token_set=False).startswith("model_fetch_hf_endpoint must be an http(s) URL")
+
+
+def test_module_refuses_the_token_over_plain_http_before_sending_anything(tmp_path):
+    import time
+    started = time.monotonic()
+    result = _run_hf_snapshot(repo_id="org/m", revision="main", local_dir=str(tmp_path / "m"), resolve_only=True,
+                              endpoint="http://10.255.255.1:8080", token="hf_secret_4711", etag_timeout=30)
+    assert result["failed"] and "is plain http and a hub token is set" in result["msg"], result
+    assert "hf_secret_4711" not in json.dumps(result)
+    assert time.monotonic() - started < 20  # refused before any connection attempt (10.255.255.1 never answers)
