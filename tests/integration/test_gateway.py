@@ -111,6 +111,16 @@ def test_first_model_serves_behind_the_gateway_on_loopback(pivot):
     (["-e", "pivot_port=8599"], f"pivot_port=8599: slot default serves tiny-llama-a on port {A_PORT}, and a serving slot keeps its port"),
     # A key with a space would be two words of a map line (HAProxy keeps the first); test values, not secrets.
     (["-e", '{"gateway_api_keys": ["sk-fine", "sk bad"]}'], "gateway_api_keys: 1 of the 2 keys (number 2; values not shown)"),
+    # A newline would end ExecStart= (flags after it dropped) and split the gateway's map lines (issue 27 L1).
+    (["-e", '{"pivot_alias": "chat\\n"}'], "pivot_alias must be a model alias"),
+    # Values written into haproxy.cfg: a space or a newline would add options or lines (L5).
+    (["-e", '{"gateway_bind_address": "0.0.0.0:1 ssl crt /x\\nfrontend y"}'], "gateway_bind_address must be one IP address"),
+    (["-e", '{"gateway_timeout_server_s": "600\\n"}'], "gateway_timeout_server_s must be a whole number of seconds >= 1"),
+    (["-e", '{"gateway_fleet": [{"name": "h1", "address": "10.0.0.1 check\\n", "port": 8080}]}'],
+     "gateway_fleet must be a list of fleet hosts, each {name (letters, digits, _ . : -), address (one IP address"),
+    (["-e", "gateway_tls_cert_file=/etc/hostname"], "gateway_tls_cert_file /etc/hostname holds the private key but is mode"),
+    # vLLM's unit has no capabilities (L8).
+    (["-e", "pivot_port=80"], "pivot_port must be a TCP port in 1024..65535 (vLLM runs without privileges"),
 ])
 def test_bad_gateway_input_is_refused_before_any_change(pivot, extra, message):
     pid, slot, config = _main_pid("tiny-llama-a"), _slot(), _ssh("cat /etc/haproxy/haproxy.cfg")
@@ -139,6 +149,7 @@ def test_blue_green_pivot_fails_no_request_and_has_no_downtime(pivot):
     assert set(after_kill) == {"ok"} and set(after_reload) == {"ok"}, (after_kill, after_reload)
     assert result.returncode == 0, result.stdout[-6000:]
     assert "stopped after its commit; finishing it: tiny-llama-b serves" in result.stdout, result.stdout[-6000:]
+    assert "Took over the pivot lock" in result.stdout and "that run is gone" in result.stdout, result.stdout[-6000:]
     assert traffic["failed"] == 0 and traffic["requests"] >= 20, traffic
     assert harness.agrees(harness.host_state(MACHINE), "tiny-llama-b") == []
     slot = _slot()

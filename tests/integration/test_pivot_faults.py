@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -383,10 +384,24 @@ def test_slot_b_starts_beside_a_and_shm_cleanup_keeps_what_live_processes_hold(p
          " && touch /dev/shm/psm_stale_llmfleet_test && sleep 1"
          " && touch -d '-10 min' /dev/shm/psm_stale_llmfleet_test /dev/shm/psm_live_llmfleet_test")
     with _client_on_a() as client:
-        result = pivot("-e", "model=tiny-llama-b", "-e", "slot=b")
+        # A second run on the host while slot b's pivot runs (an operator's pivot during a rollout): refused at once,
+        # naming the run that holds the host's lock, before it reads or changes anything.
+        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        first = subprocess.Popen([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(pivot.inventory),
+                                  os.path.join(REPO, "playbooks", "pivot.yml"), "-e", "model=tiny-llama-b", "-e", "slot=b"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+        for _ in range(240):
+            if _ssh("cat /var/lib/llmfleet/pivot.lock 2>/dev/null") or first.poll() is not None:
+                break
+            time.sleep(0.5)
+        second = pivot("-e", "model=tiny-llama-a")
+        out, _ = first.communicate(timeout=1500)
     traffic = client.summary()
     log_summary(traffic)
-    assert result.returncode == 0, result.stdout[-6000:]
+    assert second.returncode != 0 and "is being changed by another run: pivot slot b to tiny-llama-b" in second.stdout, \
+        second.stdout[-4000:]
+    assert first.returncode == 0, out[-6000:]
+    assert _ssh("cat /var/lib/llmfleet/pivot.lock 2>/dev/null || echo none") == "none"
     assert traffic["failed"] == 0 and traffic["requests"] >= 10, traffic
     _assert_a_untouched(a_pid)
     assert _healthy(B_URL)

@@ -19,6 +19,10 @@ EXPRESSION_KEYS = {"when", "that", "until", "failed_when", "changed_when"}
 # Play-level switches of playbooks/rollout.yml and ray-cluster.yml (documented in docs/rollout.md / multinode-ray.md).
 PLAYBOOK_BOOLEANS = {"rollout_canary", "rollout_prestage", "rollout_canary_rollback", "ray_install", "ray_verify_units",
                      "ray_serve"}
+# A nullable boolean handed whole to a module option that parses it (true/false strings, null for "not given"):
+# llmfleet.vllm.host_slots' `gateway` (module_utils/host_slots.as_bool, unit-tested in test_slot_contract.py).
+PARSED_BY_MODULE = re.compile(r"\A{{\s*pivot_gateway(\s*\|\s*default\(none\))?\s*}}\Z")
+MODULE_PARSED_KEYS = {"gateway"}
 STRING_LITERAL = re.compile(r"'[^']*'|\"[^\"]*\"")
 JINJA = re.compile(r"{{(.*?)}}|{%(.*?)%}", re.S)
 
@@ -40,6 +44,8 @@ def expressions(node, key=None):
         for item in node:
             yield from expressions(item, key)
     elif isinstance(node, str):
+        if key in MODULE_PARSED_KEYS and PARSED_BY_MODULE.match(node.strip()):
+            return
         if key in EXPRESSION_KEYS and "{{" not in node:
             yield node
         yield from (a or b for a, b in JINJA.findall(node))
