@@ -84,6 +84,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write
 from ansible_collections.llmfleet.vllm.plugins.module_utils.gpu_power import (
     PowerReadError,
     PowerSampler,
@@ -92,12 +93,7 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.gpu_power import (
 
 
 def write_json(path, data):
-    parent = os.path.dirname(path)
-    if parent and not os.path.isdir(parent):
-        os.makedirs(parent)
-    with open(path + ".tmp", "w") as f:
-        json.dump(data, f)
-    os.rename(path + ".tmp", path)
+    atomic_write(path, json.dumps(data))
 
 
 def main():

@@ -104,6 +104,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write
 from ansible_collections.llmfleet.vllm.plugins.module_utils.bench_report import ReportError, build_record
 
 
@@ -161,12 +162,7 @@ def main():
     except (ReportError, KeyError, TypeError, ValueError) as exc:
         module.fail_json(msg="cannot assemble the benchmark record: %s" % to_native(exc))
     if not module.check_mode:
-        parent = os.path.dirname(p["path"])
-        if parent and not os.path.isdir(parent):
-            os.makedirs(parent, 0o755)
-        with open(p["path"] + ".tmp", "w") as f:
-            json.dump(record, f, indent=2, sort_keys=True)
-        os.rename(p["path"] + ".tmp", p["path"])
+        atomic_write(p["path"], json.dumps(record, indent=2, sort_keys=True))
     module.exit_json(changed=True, record=record, path=p["path"])
 
 

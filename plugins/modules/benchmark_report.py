@@ -125,6 +125,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write, replace_durably
 from ansible_collections.llmfleet.vllm.plugins.module_utils.bench_report import (
     ReportError,
     compare_records,
@@ -200,14 +201,12 @@ def main():
             if plot_path:
                 try:
                     plot_png(cmp, plot_path + ".tmp", p["title"])
-                    os.rename(plot_path + ".tmp", plot_path)
+                    replace_durably(plot_path + ".tmp", plot_path)
                 except Exception as exc:  # pylint: disable=broad-except
                     plot_skipped = "drawing the plot failed: %s" % to_native(exc)
                     plot_path = None
                     markdown = render_markdown(cmp, p["title"], None)
-            with open(report_path + ".tmp", "w") as f:
-                f.write(markdown)
-            os.rename(report_path + ".tmp", report_path)
+            atomic_write(report_path, markdown)
         except (OSError, ValueError, RuntimeError) as exc:
             module.fail_json(msg="cannot write the report to %s: %s" % (p["dest_dir"], to_native(exc)),
                              exception=traceback.format_exc())

@@ -266,6 +266,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmfleet.vllm.plugins.module_utils import host_slots as hs
+from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write, replace_durably
 
 PORT_ARG_RE = re.compile(r'^ExecStart=.*\s--port\s+([0-9]+)', re.M)
 
@@ -279,14 +280,8 @@ def _read(path):
 
 
 def _write_atomic(path, text):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = '%s.tmp-%d' % (path, os.getpid())
-    with open(tmp, 'w') as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    # The file and its directory fsynced: after a power loss slots.json is the old state or the new one.
+    atomic_write(path, text, mode=0o644)
 
 
 def _unit_port(unit_dir, unit):
@@ -462,7 +457,7 @@ def main():
     if write and not module.check_mode:
         _write_atomic(paths['state_file'], after_text)
         if migrated:
-            os.replace(paths['legacy_state_file'], paths['legacy_state_file'] + '.migrated')
+            replace_durably(paths['legacy_state_file'], paths['legacy_state_file'] + '.migrated')
     module.exit_json(**result)
 
 

@@ -433,13 +433,13 @@ results_path:
 """
 
 import json
-import os
 import time
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import (
     LoadSpec,
     Target,
@@ -652,13 +652,7 @@ def main():
     result["base_url"] = p["base_url"]
     if p["results_path"]:
         path = p["results_path"]
-        parent = os.path.dirname(path)
-        if parent and not os.path.isdir(parent):
-            os.makedirs(parent)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=2, sort_keys=True)
-        os.rename(tmp, path)
+        atomic_write(path, json.dumps(result, indent=2, sort_keys=True))
         result["results_path"] = path
     summary = ", ".join("c=%d: %s tok/s, %d/%d ok" % (lv["concurrency"], _tok_s(lv), lv["completed"], lv["requests"])
                         for lv in result["levels"])

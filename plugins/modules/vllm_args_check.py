@@ -91,6 +91,8 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write
+
 try:
     from importlib import metadata as importlib_metadata
 except ImportError:  # Python < 3.8 cannot run vLLM anyway
@@ -209,11 +211,7 @@ def read_cache(path):
 def remember(path, key, report):
     cache = read_cache(path)
     cache[key] = report
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = "%s.tmp-%d" % (path, os.getpid())
-    with open(tmp, "w") as handle:
-        json.dump(dict(list(cache.items())[-64:]), handle)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(dict(list(cache.items())[-64:])))
 
 
 def main():
