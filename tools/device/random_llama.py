@@ -16,6 +16,7 @@ shard_verify can check the directory in full mode, as it checks a download.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -30,6 +31,12 @@ from llama_weights import (INDEX_FILE, SHARD_METADATA, LlamaSpec, shard_file_nam
 LLAMA3_8B = LlamaSpec(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                       num_key_value_heads=8, vocab_size=128256, seed=8, num_shards=4,
                       max_position_embeddings=8192)
+# Llama-3.2-1B's shape with an untied head (1.50e9 parameters, 3.0 GB): the systemd GPU host run
+# (tools/device/gpuhost.sh), where two engines share the one GPU.
+LLAMA32_1B = LlamaSpec(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                       num_key_value_heads=8, vocab_size=128256, seed=1, num_shards=2,
+                       max_position_embeddings=8192)
+SHAPES = {"llama3-8b": LLAMA3_8B, "llama3.2-1b": LLAMA32_1B}
 ROPE_THETA = 500000.0
 DTYPE = "bfloat16"
 BYTES_PER_PARAM = 2
@@ -71,7 +78,7 @@ def write_skeleton(outdir, spec=LLAMA3_8B):
     return {"vocab_size": tokenizer.get_vocab_size(), "files": sorted(os.listdir(outdir))}
 
 
-def write_weights(outdir, spec=LLAMA3_8B, device="cuda"):
+def write_weights(outdir, spec=LLAMA3_8B, device="cuda", repo_id="llmfleet-test/h200-llama3-8b-random"):
     """Random N(0, 0.02) bf16 weights (norms ones) drawn on the GPU, one shard in memory at a time."""
     import torch
     from safetensors.torch import save_file
@@ -102,7 +109,7 @@ def write_weights(outdir, spec=LLAMA3_8B, device="cuda"):
         json.dump(index, handle, indent=2)
         handle.write("\n")
     t0 = time.monotonic()
-    manifest = manifest_from_directory(outdir, repo_id="llmfleet-test/h200-llama3-8b-random", revision=None)
+    manifest = manifest_from_directory(outdir, repo_id=repo_id, revision=None)
     write_manifest(manifest, os.path.join(outdir, MANIFEST_FILENAME))
     # safetensors and the manifest writer create their files 0600; the service user is not the writer.
     for entry in os.listdir(outdir):
@@ -124,9 +131,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("step", choices=["skeleton", "weights"])
     parser.add_argument("outdir")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="llama3-8b")
+    parser.add_argument("--seed", type=int, help="weights' seed (default: the shape's)")
+    parser.add_argument("--repo-id", default="llmfleet-test/h200-llama3-8b-random", help="repo id in the manifest")
     args = parser.parse_args(argv)
+    spec = SHAPES[args.shape]
+    if args.seed is not None:
+        spec = dataclasses.replace(spec, seed=args.seed)
     t0 = time.monotonic()
-    result = write_skeleton(args.outdir) if args.step == "skeleton" else write_weights(args.outdir)
+    result = (write_skeleton(args.outdir, spec) if args.step == "skeleton"
+              else write_weights(args.outdir, spec, repo_id=args.repo_id))
     print(json.dumps({"step": args.step, "outdir": args.outdir, "seconds": round(time.monotonic() - t0, 2),
                       "result": result}, indent=1))
 

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# A real systemd GPU host on the device tool's H200 machine (issue 28, docs/gpu-validation.md), from the repo root there:
+#   tools/device/gpuhost.sh PHASE...
+# The machine has no systemd (PID 1 is the VM's agent). This boots Debian 12's systemd 252 as PID 1 of a
+# systemd-nspawn container whose userland is the machine's own root (Ubuntu 24.04, Python 3.12, torch 2.11.0+cu130)
+# with the carried systemd/dbus/haproxy files laid over it (overlayfs; the upper layer on a tmpfs), the NVIDIA device
+# nodes bound in. The controller (ansible-core, carried) runs inside that host: tools/device/gpuhost-inventory.yml.
+# Phases (several per device call; state between calls lives in /root/carry, outside the repo copy):
+#   carryN   chunk N (.whl/cNN from tools/device/gpuhost_bundle.sh) to /root/carry, sha256-checked; carry0 also
+#            unpacks the model skeletons and starts the random weight writer (GPU) in the background
+#   boot     lay the layer over /, boot systemd in the container, wait for `systemctl is-system-running`
+#   driver   roles/nvidia_driver (tools/device/gpuhost_driver.yml), then the uvm unit's state and ordering
+#   install  reassemble the wheelhouse (sha256), roles/vllm_install from it (tools/device/gpuhost_install.yml)
+#   serve-M  roles/service_deploy started for model M (a or b) under systemd, then inspect it
+#   inspect  live unit: systemd-analyze security, /proc status, journal, GPU processes, sandbox negative controls,
+#            requests with the openai client
+#   restart  stop (role) -> NVML memory and processes -> start (role), timed
+#   pack     /root/carry/res to $OUT/gpuhost.tgz
+# The first failing phase ends the list, except that pack still runs when named.
+set -uo pipefail
+repo=$(pwd)
+CARRY=/root/carry
+RES=$CARRY/res
+O=/mnt/gpuhost-ovl
+M=/root/gpuhost-root
+PIDF=$CARRY/container.pid
+PY=/opt/torch/.venv/bin/python3
+MODELS=(gpuhost-llama1b-a gpuhost-llama1b-b)
+mkdir -p "$RES" /srv/models
+export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+step() { echo; echo "===== $* ($(date -u +%T), $(awk '{print $1}' /proc/uptime) s up)"; }
+
+inside() {
+  [ -s $PIDF ] || { echo "no container"; return 1; }
+  nsenter -t "$(cat $PIDF)" -m -u -i -n -p -r -w env -i PATH=/opt/torch/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/root LANG=C.UTF-8 TERM=dumb SYSTEMD_PAGER= SYSTEMD_COLORS=0 "$@"
+}
+sync_repo() {  # the repo copy the controller inside uses (the device tool's working tree is outside the container)
+  rm -rf $CARRY/repo && mkdir -p $CARRY/repo $CARRY/coll/ansible_collections/llmfleet
+  tar -C "$repo" --exclude=./.whl --exclude=./.git -cf - . | tar -C $CARRY/repo -xf -
+  ln -sfn $CARRY/repo $CARRY/coll/ansible_collections/llmfleet/vllm
+}
+playbook() {
+  inside env PYTHONPATH=$CARRY/coll:$CARRY/site ANSIBLE_COLLECTIONS_PATH=$CARRY/coll ANSIBLE_NOCOLOR=1 \
+    ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default ANSIBLE_DEPRECATION_WARNINGS=0 ANSIBLE_LOCALHOST_WARNING=0 \
+    ANSIBLE_HOST_KEY_CHECKING=0 ANSIBLE_LOCAL_TEMP=/root/.ansible/tmp \
+    $PY -m ansible.cli.playbook -i $CARRY/repo/tools/device/gpuhost-inventory.yml -e out=$RES "$@"
+}
+
+carry() {
+  local n; n=$(printf %02d "$1")
+  [ -d ".whl/c$n" ] || { echo "no .whl/c$n in this call"; return 1; }
+  mv -f ".whl/c$n"/* $CARRY/ || return 1
+  (cd $CARRY && grep " bundle.part$n\$" SHA256SUMS | sha256sum -c -) || return 1
+  if [ "$n" = 00 ]; then
+    (cd $CARRY && grep -E " (skel|layer|ctl).tgz\$" SHA256SUMS | sha256sum -c -) || return 1
+    mkdir -p $CARRY/site /tmp/llmfleet-coll/ansible_collections/llmfleet
+    ln -sfn "$repo" /tmp/llmfleet-coll/ansible_collections/llmfleet/vllm
+    mkdir -p $CARRY/ctl && tar xzf $CARRY/ctl.tgz -C $CARRY/ctl || return 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $CARRY/site $CARRY/ctl/*.whl || return 1
+    local m
+    for m in "${MODELS[@]}"; do
+      mkdir -p /srv/models/$m && tar xzf $CARRY/skel.tgz -C /srv/models/$m || return 1
+    done
+    # Weights of A and B (different seeds), one after the other, on the GPU, while the next chunks arrive.
+    setsid bash -c "for m in ${MODELS[*]}; do s=\$((s + 1)); PYTHONPATH=/tmp/llmfleet-coll python3 $repo/tools/device/random_llama.py weights /srv/models/\$m \
+      --shape llama3.2-1b --seed \$s --repo-id llmfleet-test/\$m || exit 1; done > $RES/model-weights.log 2>&1; echo \$? > $RES/model-weights.rc" \
+      < /dev/null > /dev/null 2>&1 &
+    echo "weight writer started (pid $!): seeds 1 and 2"
+  fi
+  ls -la $CARRY | tail -n +2; df -h / | tail -1
+  [ -f $RES/model-weights.rc ] && echo "weights: rc $(cat $RES/model-weights.rc)"
+  return 0
+}
+
+boot() {
+  mountpoint -q $O || { mkdir -p $O && mount -t tmpfs -o size=48g gpuhost-ovl $O; } || return 1
+  local U=$O/upper W=$O/w WK=$O/wk L=$O/layer
+  rm -rf $U $W $WK $L; mkdir -p $U $W $WK $L $M
+  tar xzf $CARRY/layer.tgz -C $L || return 1
+  cp -a $L/sysd/. $U/
+  local added="" f n
+  for f in $(cd $L/libs && find . -type f -o -type l); do
+    n=$(basename "$f"); case $n in lib*) ;; *) continue ;; esac
+    if ! ldconfig -p | grep -q "^[[:space:]]$n "; then mkdir -p "$U/$(dirname "$f")"; cp -a "$L/libs/$f" "$U/$f"; added="$added $n"; fi
+  done
+  echo "libraries the machine lacks, added:$added" | tee $RES/layer-libs.txt
+  mount -t overlay gpuhost -o lowerdir=$U:/,upperdir=$W,workdir=$WK $M || { echo "overlay failed"; return 1; }
+  mkdir -p $M/usr/local/nvidia && mount --rbind /usr/local/nvidia $M/usr/local/nvidia
+  chroot $M ldconfig && chroot $M ldconfig -p | grep -E "libcuda.so.1 |libnvidia-ml.so.1 " | head -2
+  cat > /root/gpuhost-boot.sh <<EOS
+mount --bind /proc $M/proc; mount --rbind /sys $M/sys; mount --rbind /dev $M/dev; mount -t tmpfs tmpfs $M/run
+mkdir -p $M/mnt/c $M/root/carry $M/srv/models; mount --rbind /root/carry $M/root/carry; mount --rbind /srv/models $M/srv/models
+mount --bind $M $M/mnt/c
+exec chroot $M /usr/bin/systemd-nspawn -D /mnt/c -b --register=no --keep-unit --link-journal=no --capability=all -M gpuhost \
+  --bind=/dev/nvidia0 --bind=/dev/nvidiactl --bind=/dev/nvidia-uvm --bind=/dev/nvidia-uvm-tools --bind=/dev/nvidia-caps \
+  --bind-ro=/usr/local/nvidia --bind=/root/carry --bind=/srv/models
+EOS
+  setsid bash -c 'unshare -m --propagation private bash /root/gpuhost-boot.sh' </dev/null >$RES/nspawn.log 2>&1 &
+  local p="" i
+  for i in $(seq 1 60); do sleep 1; p=$(ps -eo pid,comm | awk '$2=="systemd"{print $1}' | head -1); [ -n "$p" ] && break; done
+  [ -n "$p" ] || { tr -d '\r' < $RES/nspawn.log | tail -20; return 1; }
+  echo "$p" > $PIDF; echo "container PID 1 = $p (machine pid)"
+  local st=""
+  for i in $(seq 1 60); do st=$(inside systemctl is-system-running 2>/dev/null); case $st in running|degraded) break ;; esac; sleep 1; done
+  echo "is-system-running: $st after $i s"
+  { echo "is-system-running: $st"; inside systemctl --version | head -1; inside cat /proc/1/comm; grep PRETTY $M/etc/os-release
+    inside systemctl --failed --no-legend; inside ls -l /dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools
+    inside nvidia-smi -L; inside $PY -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'
+    inside haproxy -vv | head -3; } 2>&1 | tee $RES/boot.txt
+  ldd $M/usr/sbin/haproxy | grep -i "not found"; ldd $M/usr/lib/systemd/systemd | grep -i "not found"
+  [ "$st" = running ] || [ "$st" = degraded ]
+}
+
+driver() {
+  sync_repo
+  playbook $CARRY/repo/tools/device/gpuhost_driver.yml 2>&1 | tee $RES/driver-play.log; local rc=${PIPESTATUS[0]}
+  { echo "--- systemctl cat"; inside systemctl cat nvidia-uvm-nodes.service
+    echo "--- is-enabled: $(inside systemctl is-enabled nvidia-uvm-nodes.service)"
+    inside systemctl show nvidia-uvm-nodes.service -p ActiveState -p SubState -p Result -p ExecMainStatus -p Before -p After -p WantedBy
+    echo "--- journal"; inside journalctl -u nvidia-uvm-nodes.service --no-pager -o short-iso
+    echo "--- modules-load.d"; inside ls -la /etc/modules-load.d/
+    echo "--- reverse dependencies (what waits for it)"; inside systemctl list-dependencies --reverse --plain nvidia-uvm-nodes.service
+    echo "--- /proc/devices nvidia"; grep nvidia /proc/devices; ls -l /sys/module | grep -i nvidia; ls /sys/module/nvidia /sys/module/nvidia_uvm
+    echo "--- /proc/driver/nvidia/version"; cat /proc/driver/nvidia/version
+  } > $RES/driver-unit.txt 2>&1
+  cat $RES/driver-unit.txt | head -60
+  return $rc
+}
+
+install() {
+  [ -d $CARRY/wheelhouse ] || (cd $CARRY && cat bundle.part[0-9][0-9] > bundle.tar && grep " bundle.tar\$" SHA256SUMS | sha256sum -c - \
+    && mkdir -p wheelhouse && tar xf bundle.tar -C wheelhouse --strip-components=1 && rm -f bundle.part[0-9][0-9] bundle.tar) || return 1
+  ls $CARRY/wheelhouse | wc -l
+  sync_repo
+  # The image's venv was made by uv without a pip script; ansible.builtin.pip looks for <venv>/bin/pip.
+  inside sh -c "[ -x /opt/torch/.venv/bin/pip ] || { printf '#!/bin/sh\nexec /opt/torch/.venv/bin/python3 -m pip \"\$@\"\n' > /opt/torch/.venv/bin/pip; chmod 755 /opt/torch/.venv/bin/pip; }"
+  local t0=$SECONDS
+  playbook $CARRY/repo/tools/device/gpuhost_install.yml -e wheelhouse=$CARRY/wheelhouse \
+    -e requirements=$CARRY/repo/tools/device/vllm-h200-deps.txt 2>&1 | tee -a $RES/install-play.log; local rc=${PIPESTATUS[0]}
+  echo "gpuhost_install.yml: $((SECONDS - t0)) s" | tee -a $RES/install-play.log
+  cat $RES/model-weights.log 2>/dev/null | tail -30
+  return $rc
+}
+
+serve() {
+  local m=gpuhost-llama1b-$1
+  for _ in $(seq 1 120); do [ -f $RES/model-weights.rc ] && break; sleep 1; done
+  [ "$(cat $RES/model-weights.rc 2>/dev/null)" = 0 ] || { cat $RES/model-weights.log; return 1; }
+  sync_repo
+  local t0=$SECONDS
+  playbook $CARRY/repo/tools/device/gpuhost_serve.yml -e model=$m -e label=start-$1 2>&1 | tee $RES/serve-$1-play.log; local rc=${PIPESTATUS[0]}
+  echo "gpuhost_serve.yml: $((SECONDS - t0)) s" | tee -a $RES/serve-$1-play.log
+  [ $rc -eq 0 ] || inside journalctl -u vllm-$m.service --no-pager -n 80
+  return $rc
+}
+
+inspect() {
+  local m=gpuhost-llama1b-${1:-a}
+  sync_repo
+  inside $PY $CARRY/repo/tools/device/gpuhost_inspect.py vllm-$m.service $m $RES 2>&1 | tee $RES/inspect-$1.log
+  return ${PIPESTATUS[0]}
+}
+
+restart() {
+  local m=gpuhost-llama1b-${1:-a} t0=$SECONDS
+  playbook $CARRY/repo/tools/device/gpuhost_serve.yml -e model=$m -e state=stopped -e label=stop-$1 2>&1 | tail -5
+  echo "stop: $((SECONDS - t0)) s"
+  inside $PY $CARRY/repo/tools/device/nvml_snapshot.py > $RES/nvml-between-stop-start.json; cat $RES/nvml-between-stop-start.json
+  inside systemctl show vllm-$m.service -p ActiveState -p MainPID -p ExecMainStatus > $RES/unit-after-stop.txt
+  t0=$SECONDS
+  playbook $CARRY/repo/tools/device/gpuhost_serve.yml -e model=$m -e label=restart-$1 2>&1 | tail -5; local rc=${PIPESTATUS[0]}
+  echo "start: $((SECONDS - t0)) s"
+  inside $PY $CARRY/repo/tools/device/nvml_snapshot.py > $RES/nvml-after-restart.json
+  return $rc
+}
+
+pack() {
+  inside journalctl --no-pager -o short-iso -u 'vllm-*' -u nvidia-uvm-nodes.service > $RES/journal-units.txt 2>&1
+  nvidia-smi > $RES/nvidia-smi-end.txt 2>&1
+  tar czf "$OUT/gpuhost.tgz" -C $RES --exclude=./results . && ls -la "$OUT"
+}
+
+status=0
+for phase in "$@"; do
+  if [ $status -ne 0 ] && [ "$phase" != pack ]; then continue; fi
+  step "$phase"
+  case $phase in
+    carry[0-9]*) carry "${phase#carry}" ;;
+    extralibs) mkdir -p $CARRY/extra; for d in .whl/extra/*.deb; do dpkg -x "$d" $CARRY/extra; done; cp -a $CARRY/extra/usr/lib/x86_64-linux-gnu/. $M/usr/lib/x86_64-linux-gnu/ \
+      && chroot $M ldconfig && inside haproxy -vv > $RES/haproxy-vv.txt; head -3 $RES/haproxy-vv.txt; grep -q "^HAProxy version" $RES/haproxy-vv.txt ;;
+    boot) boot ;;
+    driver) driver ;;
+    install) install ;;
+    serve-*) serve "${phase#serve-}" ;;
+    inspect-*) inspect "${phase#inspect-}" ;;
+    restart-*) restart "${phase#restart-}" ;;
+    pack) pack ;;
+    *) echo "unknown phase $phase"; false ;;
+  esac
+  rc=$?
+  echo "===== $phase: rc $rc ($(date -u +%T))"
+  [ $rc -eq 0 ] || status=$rc
+done
+exit $status
