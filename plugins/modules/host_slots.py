@@ -22,7 +22,7 @@ description:
     the request cannot be met.
   - V(set) records a slot after its model serves; V(absent) removes a slot's record.
   - What a slot promises its clients is host state kept across runs - its alias, its port and whether it is behind
-    the gateway: a run that does not give O(alias), O(port) or O(gateway) keeps the slot's (RV(contract) says which
+    the gateway - a run that does not give O(alias), O(port) or O(gateway) keeps the slot's (RV(contract) says which
     came from where).
   - V(intend) writes the intent of a pivot before its first change to the host (RV(intent)); V(set) with
     O(commit_intent) marks it committed when the new model becomes the slot's; V(clear_intent) removes it once the
