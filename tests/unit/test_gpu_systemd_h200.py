@@ -214,3 +214,47 @@ def test_models_written_on_the_gpu():
     for repo in ("gpuhost-llama1b-a", "gpuhost-llama1b-b"):
         assert "/srv/models/%s" % repo in log
     assert log.count('"params": 1498482688') == 2
+
+
+# --- Run 2 (fresh machine, 16:04-16:08 UTC): the fixed live-namespace probe and roles/benchmark with NVML power ---
+
+def test_run2_repeated_boot_driver_and_install_on_a_fresh_machine():
+    assert text("run2-boot.txt").startswith("is-system-running: running")
+    assert load("run2-driver.json")["state"]["use_loaded"] is True
+    play = text("run2-install-play.log")
+    assert re.search(r"Install the pinned engine package with pip\] \*+\nchanged", play)
+    assert "gpuhost_install.yml: 61 s" in play
+    assert load("run2-serve-start-a.json")["time_to_ready_s"] == 87.64
+
+
+def test_run2_live_unit_namespace():
+    """Inside the live vLLM unit's own mount namespace and root (nsenter -m -r): the OS is read-only, the cache
+    directory writable, /root empty."""
+    inspect = load("run2-inspect-a.json")
+    live = inspect["live_namespace"]
+    assert live["write_venv"].startswith("touch: cannot touch '/opt/torch/.venv/.llmfleet-probe': Read-only file system")
+    assert live["write_cache_dir"].startswith("wrote")
+    assert live["list_root_home"].startswith("end")
+    assert inspect["security"] == {"exposure": 1.8, "rating": "OK"}
+    rows = {r["setting"]: r for r in inspect["negative_controls"]}
+    assert (rows["RestrictNamespaces=true"]["with"], rows["RestrictNamespaces=true"]["without"]) == ("refused", "created")
+    assert rows["RestrictNamespaces=true"]["enforced"] is True
+    assert [r["setting"] for r in inspect["negative_controls"] if not r["enforced"]] == [
+        "DevicePolicy=closed (no DeviceAllow)", "DevicePolicy=strict (/dev/null)"]
+
+
+def test_run2_benchmark_role_with_power():
+    record = load("run2-bench-record.json")
+    assert record["model"] == "gpuhost-llama1b-a" and record["gpu_power"]["source"] == "nvml"
+    levels = {level["concurrency"]: level for level in record["levels"]}
+    assert sorted(levels) == [1, 16, 64, 256]
+    for level in levels.values():
+        assert level["failed"] == 0 and level["completed"] == level["requests"] and level["metrics_ratio"] == 1.0
+        power = level["power"]
+        assert power["joules_per_token"] == pytest.approx(power["joules"] / level["output_tokens"], rel=1e-3)
+    assert levels[256]["power"]["joules_per_token"] == record["summary"]["min_joules_per_token"] == 0.018083
+    assert round(levels[1]["output_tok_s"], 1) == 533.4 and round(levels[256]["output_tok_s"], 1) == 16046.5
+    window = record["gpu_power"]["summary"]
+    assert window["joules"] == pytest.approx(window["joules_counter"], rel=0.01)  # trapezoid vs NVML's counter
+    report = text("run2-bench-report.md")
+    assert "| 256 | 16046.5 |" in report and "0.018 J/token (best)" in report

@@ -16,6 +16,7 @@
 #   inspect  live unit: systemd-analyze security, /proc status, journal, GPU processes, sandbox negative controls,
 #            requests with the openai client
 #   restart  stop (role) -> NVML memory and processes -> start (role), timed
+#   bench-M  roles/benchmark with NVML power against model M (tools/device/gpuhost_bench.yml)
 #   pack     /root/carry/res to $OUT/gpuhost.tgz
 # The first failing phase ends the list, except that pack still runs when named.
 set -uo pipefail
@@ -179,7 +180,7 @@ restart() {
 pack() {
   inside journalctl --no-pager -o short-iso -u 'vllm-*' -u nvidia-uvm-nodes.service > $RES/journal-units.txt 2>&1
   nvidia-smi > $RES/nvidia-smi-end.txt 2>&1
-  tar czf "$OUT/gpuhost.tgz" -C $RES --exclude=./results . && ls -la "$OUT"
+  tar czf "$OUT/gpuhost.tgz" -C $RES . && ls -la "$OUT"
 }
 
 status=0
@@ -196,6 +197,9 @@ for phase in "$@"; do
     serve-*) serve "${phase#serve-}" ;;
     inspect-*) inspect "${phase#inspect-}" ;;
     restart-*) restart "${phase#restart-}" ;;
+    bench-*) sync_repo; m=gpuhost-llama1b-${phase#bench-}; port=8000; [ "${phase#bench-}" = b ] && port=8001
+      playbook $CARRY/repo/tools/device/gpuhost_bench.yml -e model=$m -e port=$port 2>&1 | tee $RES/bench-play.log
+      rc=${PIPESTATUS[0]}; cp -r $RES/controller $RES/bench-controller 2>/dev/null; (exit $rc) ;;
     pack) pack ;;
     *) echo "unknown phase $phase"; false ;;
   esac
