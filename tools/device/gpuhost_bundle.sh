@@ -3,6 +3,8 @@
 # Build what the systemd GPU host run carries (tools/device/gpuhost.sh, docs/gpu-validation.md), on a Debian 12
 # development host, from the repo root:   tools/device/gpuhost_bundle.sh [CHUNK_MIB]
 #   layer.tgz  Debian 12's systemd 252, systemd-container (nspawn), systemd-sysv, dbus and haproxy 2.6 files
+#              (haproxy also needs libopentracing-c-wrapper0 and libopentracing1: added after the 2026-12-04 run,
+#              which carried them in a separate call, gpuhost.sh extralibs)
 #              (apt-get download + dpkg -x; /lib, /bin, /sbin moved under usr/ for the machine's merged /usr), and
 #              in libs/ the shared libraries they load that an Ubuntu 24.04 root may lack (gpuhost.sh boot adds only
 #              those the machine's ldconfig does not know)
@@ -19,7 +21,7 @@ rm -rf "$root" .whl/c[0-9][0-9]
 mkdir -p "$root/wheels" "$root/skel" "$root/debs" "$root/layer/sysd" "$root/layer/libs" "$root/ctl"
 (cd "$root/debs" && apt-get download -q systemd systemd-container systemd-sysv dbus dbus-bin dbus-daemon \
   dbus-system-bus-common haproxy libsystemd-shared libdbus-1-3 libip4tc2 libapparmor1 libkmod2 liblua5.3-0 libpcre2-8-0 \
-  libssl3 libcrypt1 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
+  libssl3 libcrypt1 libopentracing-c-wrapper0 libopentracing1 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
 for d in "$root"/debs/*.deb; do
   case $(basename "$d") in
     lib*) dpkg -x "$d" "$root/layer/libs" ;;
