@@ -258,3 +258,49 @@ def test_run2_benchmark_role_with_power():
     assert window["joules"] == pytest.approx(window["joules_counter"], rel=0.01)  # trapezoid vs NVML's counter
     report = text("run2-bench-report.md")
     assert "| 256 | 16046.5 |" in report and "0.018 J/token (best)" in report
+
+
+# --- Run 3 (fresh machine, 16:12-16:18 UTC): no UVM nodes bound in; a reboot of the host creates them at boot ---
+
+def test_run3_host_booted_without_uvm_nodes():
+    boot = text("run3-boot.txt")
+    assert "ls: cannot access '/dev/nvidia-uvm': No such file or directory" in boot
+    assert "ls: cannot access '/dev/nvidia-uvm-tools': No such file or directory" in boot
+    assert "torch" not in boot  # CUDA not tried before the unit exists
+    assert load("run3-driver.json")["state"]["use_loaded"] is True
+    assert load("run3-serve-start-a.json")["time_to_ready_s"] == 83.64
+
+
+def _show(block):
+    return dict(line.split("=", 1) for line in block.splitlines() if re.match(r"^[A-Za-z]+=", line))
+
+
+def test_run3_uvm_unit_creates_the_nodes_at_boot_before_vllm_starts():
+    reboot = text("run3-reboot.txt")
+    assert reboot.startswith("boot -> /health: 52 s, status 200")
+    assert "crw-rw-rw- 1 root root 238, 0 " in reboot and "crw-rw-rw- 1 root root 238, 1 " in reboot
+    journal = reboot.split("--- journal of this boot\n", 1)[1].splitlines()
+    created = [i for i, line in enumerate(journal) if "llmfleet-nvidia-uvm-nodes" in line and ": created (c 238:" in line]
+    finished = next(i for i, line in enumerate(journal) if "Finished nvidia-uvm-nodes.service" in line)
+    starting = next(i for i, line in enumerate(journal) if "Starting vllm-gpuhost-llama1b-a.service" in line)
+    assert len(created) == 2 and max(created) < finished < starting
+    mono = [float(re.match(r"\[\s*([0-9.]+)\]", journal[i]).group(1)) for i in (finished, starting)]
+    assert mono[0] <= mono[1]
+    head = reboot.split("--- critical-chain", 1)[0]
+    uvm_exit = int(re.search(r"ExecMainExitTimestampMonotonic=(\d+)", head).group(1))
+    vllm_start = int(re.search(r"ExecMainStartTimestampMonotonic=(\d+)", head).group(1))
+    vllm_leave_inactive = int(re.search(r"InactiveExitTimestampMonotonic=(\d+)", head).group(1))
+    assert uvm_exit < vllm_leave_inactive < vllm_start
+    assert "UnitFileState=enabled" in head  # started by the boot, not by a playbook
+    chain = reboot.split("--- critical-chain", 1)[1]
+    assert re.search(r"vllm-gpuhost-llama1b-a\.service .*\n└─nvidia-uvm-nodes\.service @", chain)
+
+
+def test_run3_cuda_on_the_nodes_the_unit_made():
+    inspect = load("run3-inspect-a.json")
+    assert inspect["unit_props"]["ExecMainStartTimestamp"] == "Fri 2026-12-04 16:17:31 UTC"
+    assert inspect["security"]["exposure"] == 1.8
+    engine = next(p for p in inspect["processes"] if p["cmdline"].startswith("VLLM::EngineCore"))
+    assert engine["maps_nvidia_dev"] == ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl"]
+    assert inspect["openai_requests"]["ok"] == 16 and inspect["openai_requests"]["failed"] == 0
+    assert inspect["live_namespace"]["write_venv"].startswith("touch: cannot touch '/opt/torch/.venv/.llmfleet-probe': Read-only")

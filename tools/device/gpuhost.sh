@@ -10,6 +10,8 @@
 #   carryN   chunk N (.whl/cNN from tools/device/gpuhost_bundle.sh) to /root/carry, sha256-checked; carry0 also
 #            unpacks the model skeletons and starts the random weight writer (GPU) in the background
 #   boot     lay the layer over /, boot systemd in the container, wait for `systemctl is-system-running`
+#            (GPUHOST_UVM_BIND=0: without /dev/nvidia-uvm{,-tools}, which nvidia-uvm-nodes.service must then create)
+#   reboot   power the host off and boot it again: enabled units start in systemd's order; records that order
 #   driver   roles/nvidia_driver (tools/device/gpuhost_driver.yml), then the uvm unit's state and ordering
 #   install  reassemble the wheelhouse (sha256), roles/vllm_install from it (tools/device/gpuhost_install.yml)
 #   serve-M  roles/service_deploy started for model M (a or b) under systemd, then inspect it
@@ -75,6 +77,47 @@ carry() {
   return 0
 }
 
+# GPUHOST_UVM_BIND=0: do not bind /dev/nvidia-uvm{,-tools} into the host, so that nvidia-uvm-nodes.service must
+# create them (mknod from /proc/devices) before the vLLM units can use CUDA.
+UVM_BINDS="--bind=/dev/nvidia-uvm --bind=/dev/nvidia-uvm-tools"
+[ "${GPUHOST_UVM_BIND:-1}" = 0 ] && UVM_BINDS=""
+st=""
+start_container() {  # start nspawn (its boot script written by boot) and wait until systemd is up
+  setsid bash -c 'unshare -m --propagation private bash /root/gpuhost-boot.sh' </dev/null >>$RES/nspawn.log 2>&1 &
+  local p="" i
+  for i in $(seq 1 60); do sleep 1; p=$(ps -eo pid,comm | awk '$2=="systemd"{print $1}' | head -1); [ -n "$p" ] && break; done
+  [ -n "$p" ] || { tr -d '\r' < $RES/nspawn.log | tail -20; return 1; }
+  echo "$p" > $PIDF; echo "container PID 1 = $p (machine pid)"
+  for i in $(seq 1 90); do st=$(inside systemctl is-system-running 2>/dev/null); case $st in running|degraded) break ;; esac; sleep 1; done
+  echo "is-system-running: $st after $i s"
+}
+
+# Power the host off and boot it again on the same layers (the overlay stays): what is enabled starts at boot, in
+# systemd's order. Records the UVM unit and the vLLM unit of this boot, their order and the first good /health.
+reboot_host() {
+  local old; old=$(cat $PIDF) t0=$SECONDS
+  inside systemctl poweroff
+  for _ in $(seq 1 90); do [ -d /proc/$old ] || break; sleep 1; done
+  [ -d /proc/$old ] && { echo "the host did not power off"; return 1; }
+  echo "powered off in $((SECONDS - t0)) s"; t0=$SECONDS
+  start_container || return 1
+  local m=gpuhost-llama1b-a ok=""
+  for _ in $(seq 1 300); do
+    ok=$(inside $PY -c 'import urllib.request as u; print(u.urlopen("http://127.0.0.1:8000/health", timeout=2).status)' 2>/dev/null)
+    [ "$ok" = 200 ] && break; sleep 1
+  done
+  echo "boot -> /health 200: $((SECONDS - t0)) s (status $ok)"
+  { echo "boot -> /health: $((SECONDS - t0)) s, status $ok"; inside systemctl is-system-running
+    inside ls -l /dev/nvidia-uvm /dev/nvidia-uvm-tools
+    inside systemctl show nvidia-uvm-nodes.service -p ActiveState -p Result -p ExecMainExitTimestampMonotonic -p ActiveEnterTimestampMonotonic
+    inside systemctl show vllm-$m.service -p ActiveState -p UnitFileState -p InactiveExitTimestampMonotonic -p ExecMainStartTimestampMonotonic -p After
+    echo "--- critical-chain"; inside systemd-analyze critical-chain --no-pager vllm-$m.service
+    echo "--- journal of this boot"; inside journalctl -b --no-pager -o short-monotonic -u nvidia-uvm-nodes.service -u vllm-$m.service | grep -v 'POST /v1' | head -40
+  } > $RES/reboot.txt 2>&1
+  cat $RES/reboot.txt
+  [ "$ok" = 200 ]
+}
+
 boot() {
   mountpoint -q $O || { mkdir -p $O && mount -t tmpfs -o size=48g gpuhost-ovl $O; } || return 1
   local U=$O/upper W=$O/w WK=$O/wk L=$O/layer
@@ -95,20 +138,15 @@ mount --bind /proc $M/proc; mount --rbind /sys $M/sys; mount --rbind /dev $M/dev
 mkdir -p $M/mnt/c $M/root/carry $M/srv/models; mount --rbind /root/carry $M/root/carry; mount --rbind /srv/models $M/srv/models
 mount --bind $M $M/mnt/c
 exec chroot $M /usr/bin/systemd-nspawn -D /mnt/c -b --register=no --keep-unit --link-journal=no --capability=all -M gpuhost \
-  --bind=/dev/nvidia0 --bind=/dev/nvidiactl --bind=/dev/nvidia-uvm --bind=/dev/nvidia-uvm-tools --bind=/dev/nvidia-caps \
+  --bind=/dev/nvidia0 --bind=/dev/nvidiactl $UVM_BINDS --bind=/dev/nvidia-caps \
   --bind-ro=/usr/local/nvidia --bind=/root/carry --bind=/srv/models
 EOS
-  setsid bash -c 'unshare -m --propagation private bash /root/gpuhost-boot.sh' </dev/null >$RES/nspawn.log 2>&1 &
-  local p="" i
-  for i in $(seq 1 60); do sleep 1; p=$(ps -eo pid,comm | awk '$2=="systemd"{print $1}' | head -1); [ -n "$p" ] && break; done
-  [ -n "$p" ] || { tr -d '\r' < $RES/nspawn.log | tail -20; return 1; }
-  echo "$p" > $PIDF; echo "container PID 1 = $p (machine pid)"
-  local st=""
-  for i in $(seq 1 60); do st=$(inside systemctl is-system-running 2>/dev/null); case $st in running|degraded) break ;; esac; sleep 1; done
-  echo "is-system-running: $st after $i s"
+  start_container || return 1
   { echo "is-system-running: $st"; inside systemctl --version | head -1; inside cat /proc/1/comm; grep PRETTY $M/etc/os-release
     inside systemctl --failed --no-legend; inside ls -l /dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools
-    inside nvidia-smi -L; inside $PY -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'
+    inside nvidia-smi -L
+    # Without the UVM nodes bound in, CUDA is not tried here: the nodes must come from nvidia-uvm-nodes.service.
+    [ -n "$UVM_BINDS" ] && inside $PY -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'
     inside haproxy -vv | head -3; } 2>&1 | tee $RES/boot.txt
   ldd $M/usr/sbin/haproxy | grep -i "not found"; ldd $M/usr/lib/systemd/systemd | grep -i "not found"
   [ "$st" = running ] || [ "$st" = degraded ]
@@ -192,6 +230,7 @@ for phase in "$@"; do
     extralibs) mkdir -p $CARRY/extra; for d in .whl/extra/*.deb; do dpkg -x "$d" $CARRY/extra; done; cp -a $CARRY/extra/usr/lib/x86_64-linux-gnu/. $M/usr/lib/x86_64-linux-gnu/ \
       && chroot $M ldconfig && inside haproxy -vv > $RES/haproxy-vv.txt; head -3 $RES/haproxy-vv.txt; grep -q "^HAProxy version" $RES/haproxy-vv.txt ;;
     boot) boot ;;
+    reboot) reboot_host ;;
     driver) driver ;;
     install) install ;;
     serve-*) serve "${phase#serve-}" ;;
