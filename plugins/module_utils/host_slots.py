@@ -248,6 +248,9 @@ def assign_port(slot, slots, catalog_port, requested=None, reserved=(), variable
             taken[int(record['port'])] = 'slot %s' % name
         if name != slot and record.get('standby_port'):
             taken[int(record['standby_port'])] = 'slot %s (standby)' % name
+        target = (intent_of(record) or {}).get('to') or {}
+        if name != slot and target.get('port'):
+            taken.setdefault(int(target['port']), 'slot %s (a pivot in progress)' % name)
     for port in reserved or ():
         taken.setdefault(int(port), 'the gateway')
     if requested not in (None, ''):
@@ -387,6 +390,15 @@ def intent_record(record, target, strategy, owner=None, now=None):
     committed = {k: v for k, v in (record or {}).items() if k != INTENT_KEY}
     return {'phase': INTENT_SWITCHING, 'strategy': strategy, 'since': now, 'owner': owner,
             'from': committed if committed.get('model') else None, 'to': dict(target, unit=unit_name(target['model']))}
+
+
+def slot_units(slots):
+    """The units of every slot, those of a pivot in progress included (its old and its new model)."""
+    units = set()
+    for record in (slots or {}).values():
+        intent = intent_of(record) or {}
+        units |= {record.get('unit'), ((intent.get('from') or {}).get('unit')), (intent.get('to') or {}).get('unit')}
+    return sorted(u for u in units if u)
 
 
 def without_intent(record):

@@ -42,14 +42,16 @@ def boot_id(proc='/proc'):
 
 
 def this_run(pid=None, proc='/proc'):
-    """The run this process belongs to: its nearest ansible-playbook ancestor (Ansible forks workers and templates
-    in them), else the parent process."""
+    """The run this process belongs to: its outermost ansible-playbook ancestor (Ansible forks its workers from the
+    ansible-playbook process, so they carry the same command line, and templates lookups in them; a worker ends with
+    its task), else the parent process."""
     pid = pid or os.getpid()
     chosen, seen = None, 0
     current = pid
     while current and current > 1 and seen < 64:
         if _is_playbook(current, proc):
             chosen = current
+        elif chosen is not None:
             break
         fields = _stat_fields(current, proc)
         if fields is None:

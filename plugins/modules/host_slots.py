@@ -424,8 +424,7 @@ def main():
         module.fail_json(msg=str(exc))
     result = dict(changed=False, slots=slots, slot=current, migrated=migrated, gateway=gateway,
                   gateway_source=gateway_source, intent=hs.intent_of(current),
-                  state_dir=paths['state_dir'], records_dir=paths['records_dir'],
-                  units=sorted({r.get('unit') for r in slots.values() if r.get('unit')}))
+                  state_dir=paths['state_dir'], records_dir=paths['records_dir'], units=hs.slot_units(slots))
     if p['action'] == 'plan':
         try:
             _plan(module, slots, result)
@@ -450,7 +449,7 @@ def main():
             after.pop(p['slot'])
     after_text = hs.dump_state(after)
     write = p['action'] != 'plan' and (after_text != before_text or migrated)
-    result.update(changed=write, slots=after, units=sorted({r.get('unit') for r in after.values() if r.get('unit')}))
+    result.update(changed=write, slots=after, units=hs.slot_units(after))
     if module._diff and write:
         result['diff'] = {'before': before_text if not migrated else '', 'after': after_text,
                           'before_header': paths['state_file'], 'after_header': paths['state_file']}

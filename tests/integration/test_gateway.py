@@ -155,7 +155,7 @@ def test_blue_green_pivot_fails_no_request_and_has_no_downtime(pivot):
     slot = _slot()
     assert (slot["model"], slot["port"], slot["standby_port"]) == ("tiny-llama-b", B_PORT, A_PORT), slot
     # b serves and starts at boot; a is stopped and does not; a's weights stay beside b's.
-    assert _ssh("systemctl is-active vllm-tiny-llama-a.service; systemctl is-enabled vllm-tiny-llama-a.service").split() != ["active", "enabled"]
+    assert _ssh("systemctl is-active vllm-tiny-llama-a.service; systemctl is-enabled vllm-tiny-llama-a.service").split() == ["inactive", "disabled"]
     assert _ssh("systemctl is-active vllm-tiny-llama-b.service; systemctl is-enabled vllm-tiny-llama-b.service").split() == ["active", "enabled"]
     assert _ssh("ls /srv/models/tiny-llama-a/config.json /srv/models/tiny-llama-b/config.json").count("config.json") == 2
     assert _served_through_gateway() == ("chat", 200)

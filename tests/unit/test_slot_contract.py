@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -141,11 +140,13 @@ def test_run_alive_tells_a_live_run_from_a_dead_or_reused_pid_and_knows_what_it_
     assert run_owner.run_alive(dict(_owner(os.getpid(), 0), boot_id="an-earlier-boot")) is False
 
 
-def test_this_run_is_the_nearest_ansible_playbook_ancestor(tmp_path):
-    # A real process named ansible-playbook with a child that asks who its run is.
+def test_this_run_is_the_outermost_ansible_playbook_ancestor(tmp_path):
+    # A real process named ansible-playbook that forks a worker (same command line, as Ansible's workers are), whose
+    # child asks who its run is: the run is the ansible-playbook process, not the worker that ends with its task.
     script = tmp_path / "ansible-playbook"
-    script.write_text("#!%s\nimport subprocess, sys\nsys.exit(subprocess.call([sys.executable, '-c', sys.argv[1]]))\n"
-                      % sys.executable)
+    script.write_text("#!%s\nimport os, subprocess, sys\npid = os.fork()\n"
+                      "if pid == 0:\n    os._exit(subprocess.call([sys.executable, '-c', sys.argv[1]]))\n"
+                      "sys.exit(os.waitpid(pid, 0)[1] >> 8)\n" % sys.executable)
     script.chmod(0o755)
     child = ("import json, sys; sys.path.insert(0, %r); "
              "from ansible_collections.llmfleet.vllm.plugins.module_utils.run_owner import this_run; "
@@ -187,6 +188,70 @@ def test_lock_two_runs_at_once_one_wins(tmp_path):
     results = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
     assert sum(r["acquired"] for r in results) == 1
     winner = [r for r in results if r["acquired"]][0]
-    assert json.loads((tmp_path / "pivot.lock").read_text())["owner"]["pid"] in (100 + i for i in range(6))
-    assert winner["changed"]
-    time.sleep(0)
+    winner_pid = json.loads((tmp_path / "pivot.lock").read_text())["owner"]["pid"]
+    assert winner_pid == 100 + results.index(winner)
+    assert winner["changed"] and all(r["holder"]["owner"]["pid"] == winner_pid for r in results if not r["acquired"])
+
+
+def test_a_pivot_in_progress_holds_its_units_and_port():
+    slots = {"a": dict(SERVING, name="a", pivot=hs.intent_record(SERVING, {"model": "tiny-llama-b", "port": 8502}, "blue_green"))}
+    assert hs.slot_units(slots) == ["vllm-tiny-llama-a.service", "vllm-tiny-llama-b.service"]
+    assert hs.slot_units({"n": {"name": "n", "pivot": hs.intent_record(None, {"model": "m", "port": 9000}, "new")}}) == \
+        ["vllm-m.service"]
+    with pytest.raises(hs.SlotError, match=r"pivot_port=9000 is already used by slot n \(a pivot in progress\)"):
+        hs.assign_port("b", {"n": {"name": "n", "pivot": hs.intent_record(None, {"model": "m", "port": 9000}, "new")}},
+                       8000, requested=9000, variable="pivot_port")
+
+
+# --- the drain's wait on vLLM's own count (roles/pivot/files/wait-idle.py), against a real HTTP server -----------
+
+WAIT_IDLE = os.path.join(REPO, "roles", "pivot", "files", "wait-idle.py")
+
+
+class _Metrics:
+    """A real HTTP server on loopback answering /metrics with vLLM's gauges (a TEST FIXTURE standing in for vLLM)."""
+
+    def __init__(self, running, status=200):
+        import http.server
+        import threading
+        state = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                body = ('vllm:num_requests_running{model_name="m"} %d.0\nvllm:num_requests_waiting{model_name="m"} 0.0\n'
+                        % state.running).encode()
+                self.send_response(state.status)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.running, self.status = running, status
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def _wait_idle(port, timeout_s):
+    out = subprocess.run([sys.executable, WAIT_IDLE, str(port), str(timeout_s)], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    return json.loads(out)
+
+
+def test_wait_idle_waits_for_the_models_own_count_and_is_a_bound():
+    import threading
+    metrics = _Metrics(running=2)
+    threading.Timer(1.5, lambda: setattr(metrics, "running", 0)).start()
+    drained = _wait_idle(metrics.port, 20)
+    assert drained["idle"] and drained["in_flight"] == 0 and 1.4 <= drained["waited_s"] < 10, drained
+    busy = _Metrics(running=3)
+    bounded = _wait_idle(busy.port, 1.5)
+    assert (bounded["idle"], bounded["in_flight"]) == (False, 3) and bounded["waited_s"] >= 1.5
+    failing = _Metrics(running=0, status=500)  # an error page says nothing about what is in flight
+    assert _wait_idle(failing.port, 1.5)["idle"] is False
+    for server in (metrics.server, busy.server, failing.server):
+        server.shutdown()
+        server.server_close()
+    # Nothing listens: nothing in flight.
+    assert _wait_idle(metrics.port, 5)["idle"] is True

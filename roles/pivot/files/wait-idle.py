@@ -18,8 +18,10 @@ def in_flight(port):
     try:
         with urllib.request.urlopen('http://127.0.0.1:%d/metrics' % port, timeout=5) as resp:
             text = resp.read().decode('utf-8', 'replace')
-    except OSError:
-        return 0
+    except OSError as exc:
+        if isinstance(getattr(exc, 'reason', exc), ConnectionRefusedError):
+            return 0  # nothing listens: nothing in flight
+        return None  # a slow or failing answer says nothing: not idle
     total = 0.0
     for line in text.splitlines():
         if line.startswith(GAUGES):
