@@ -192,7 +192,7 @@ def test_a_commit_the_host_holds_resolves_without_the_hub(tmp_path):
 
 
 @pytest.mark.parametrize("endpoint, refused", [
-    ("http://10.255.255.1:8080", True),       # a mirror on the network, plain http: the token would travel in clear
+    ("http://mirror.invalid:8080", True),      # a mirror on the network, plain http: the token would travel in clear
     ("http://mirror.example.org", True),
     ("https://mirror.example.org", False),
     ("http://127.0.0.1:9", False),            # this host's loopback
@@ -213,7 +213,7 @@ def test_module_refuses_the_token_over_plain_http_before_sending_anything(tmp_pa
     import time
     started = time.monotonic()
     result = _run_hf_snapshot(repo_id="org/m", revision="main", local_dir=str(tmp_path / "m"), resolve_only=True,
-                              endpoint="http://10.255.255.1:8080", token="hf_secret_4711", etag_timeout=30)
+                              endpoint="http://mirror.invalid:8080", token="hf_secret_4711", etag_timeout=30)
     assert result["failed"] and "is plain http and a hub token is set" in result["msg"], result
     assert "hf_secret_4711" not in json.dumps(result)
-    assert time.monotonic() - started < 20  # refused before any connection attempt (10.255.255.1 never answers)
+    assert time.monotonic() - started < 20  # refused before any connection attempt (.invalid never resolves; no address off this host is ever tried)
