@@ -331,12 +331,15 @@ def test_failed_benchmark_after_a_passed_gate_keeps_the_pivot(pivot):
 
 
 def test_rollback_false_from_the_cli_leaves_the_failed_model(pivot):
-    """-e pivot_rollback=false (a string): a failing start is not rolled back. Leaves no model serving: runs last."""
+    """-e pivot_rollback=false (a string): a failing start is not rolled back. Leaves no model serving, and the pivot's
+    intent in the slot's record."""
     extra = json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-b": UNSTARTABLE_B})})
     result = pivot("-e", "model=tiny-llama-b", "-e", extra, "-e", "pivot_rollback=false")
     assert result.returncode != 0
     assert "Rolled back" not in result.stdout and _skipped(result.stdout, "Roll back to the previous model")
     assert _is_active("tiny-llama-a") != "active"
+    # The host says so: the intent stays, and the next run (the test below) rolls back to a before it pivots.
+    assert _slots()["default"]["pivot"]["phase"] == "switching" and _slots()["default"]["model"] == "tiny-llama-a"
 
 
 def test_tool_calling_profile_without_a_parsed_call_is_rolled_back(pivot):
@@ -348,6 +351,7 @@ def test_tool_calling_profile_without_a_parsed_call_is_rolled_back(pivot):
     result = pivot("-e", "model=tiny-llama-b", "-e", "pivot_profile=tools")
     assert result.returncode != 0
     out = result.stdout
+    assert "stopped before its commit; rolling back: tiny-llama-a serves" in out, out[-6000:]  # the run above's
     assert "did not return a parsed get_weather tool call (tool_choice auto, tool_call_parser hermes)" in out, out[-6000:]
     assert "Rolled back" in out and _healthy(A_URL) and _is_active("tiny-llama-b") != "active"
     unit = _ssh("cat", "/etc/systemd/system/vllm-tiny-llama-b.service")
