@@ -70,8 +70,10 @@ class CmdlineWatch:
     """Reads every /proc/*/cmdline (the test hosts' processes are visible from here too) until stopped and keeps
     the pids whose command line holds ``needle``."""
 
-    def __init__(self, needle):
+    def __init__(self, needle, environ=None):
         self.needle, self.hits, self.scans = needle.encode(), set(), 0
+        # and the commands whose environment holds ``environ`` (e.g. OPENAI_API_KEY=<key>: the key did reach them)
+        self.environ, self.environ_hits = (environ.encode() if environ else None), set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -82,6 +84,11 @@ class CmdlineWatch:
                     with open(path, "rb") as handle:
                         if self.needle in handle.read():
                             self.hits.add(path.split("/")[2])
+                    if self.environ:
+                        with open(path[:-len("cmdline")] + "environ", "rb") as handle:
+                            if self.environ in handle.read().split(b"\0"):
+                                with open(path, "rb") as cmdline:
+                                    self.environ_hits.add(cmdline.read().replace(b"\0", b" ")[:200].decode(errors="replace"))
                 except OSError:
                     pass
             self.scans += 1
@@ -368,7 +375,7 @@ def test_real_vllm_sweep_store_fetch_and_vllm_bench(vllm_server, machine_invento
                   benchmark_use_vllm_bench=True, benchmark_api_key=key)
     # vLLM here takes any key; what counts is that the key is on no command line (sudo, sh, ssh, vllm bench) and not
     # in -vvv output (test_api_key_reaches_the_server_but_no_command_line_or_log: it reaches a server that checks it).
-    with CmdlineWatch(key) as watch:
+    with CmdlineWatch(key, environ="OPENAI_API_KEY=" + key) as watch:
         rc, first, out = run_role(tmp_path, common, inventory=machine_inventory, options=["-vvv"])
     assert rc == 0 and first["ok"], out[-6000:]
     assert watch.scans > 10 and not watch.hits, "the key was on the command line of pids %s" % sorted(watch.hits)
@@ -397,6 +404,8 @@ def test_real_vllm_sweep_store_fetch_and_vllm_bench(vllm_server, machine_invento
         sent = {lv["concurrency"]: lv["requests"] for lv in rec["levels"]}
         assert all(lv["output_tok_s"] > 0 and lv["completed"] == sent[lv["concurrency"]] >= 8 for lv in bench["levels"]), (
             bench["levels"], sent)
+        # vllm bench serve got the key in its environment (from the 0600 file), not on its command line
+        assert any("bench serve" in command for command in watch.environ_hits), watch.environ_hits
     else:
         assert "vllm bench" in (bench["error"] or ""), bench
     assert not [d for d in os.listdir(rootfs + "/var/lib/llmfleet/results") if d.startswith(".run-")]
