@@ -255,3 +255,14 @@ def test_gateway_api_keys_let_in_exactly_the_configured_keys(pivot, tmp_path):
     kept = pivot("-e", f"model={_slot()['model']}")
     assert kept.returncode == 0, kept.stdout[-6000:]
     assert (_gateway_status("/v1/models"), _gateway_status("/v1/models", f"Bearer {keys[1]}")) == (401, 200)
+    # A map an older release wrote ("Bearer <key> ok", whose first word HAProxy took as the key): a run that gives no
+    # keys keeps the keys themselves, not "Bearer".
+    old_map = os.path.join(os.environ.get("TESTBED_STATE", "/var/lib/llmfleet-testbed"), MACHINE, "rootfs", "etc", "haproxy",
+                           "llmfleet-keys.map")
+    with open(os.open(old_map, os.O_WRONLY | os.O_TRUNC, 0o600), "w") as handle:
+        handle.write("# Authorization headers the gateway accepts (llmfleet.vllm.gateway)\n"
+                     + "".join(f"Bearer {key} ok\n" for key in keys))
+    upgraded = pivot("-e", f"model={_slot()['model']}")
+    assert upgraded.returncode == 0, upgraded.stdout[-6000:]
+    assert [_gateway_status("/v1/models", value) for value in (f"Bearer {keys[0]}", f"Bearer {keys[1]}", "Bearer Bearer")] \
+        == [200, 200, 401]
