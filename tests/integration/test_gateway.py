@@ -136,7 +136,7 @@ def test_blue_green_pivot_fails_no_request_and_has_no_downtime(pivot):
                                              crash_before_task_named="Drain the old model")
         assert killed, out[-6000:]
         # The README's command keeps what the slot promised (given once, by the fixture's second run).
-        assert f"slot default: alias chat (kept), gateway on (kept), port {A_PORT} (kept), API key none (default)" in out, out[-6000:]
+        assert f"slot default: alias chat (kept), gateway on (kept), port {A_PORT} (kept), API key none (kept)" in out, out[-6000:]
         switched = _slot()
         assert (switched["model"], switched["pivot"]["phase"]) == ("tiny-llama-b", "committed"), switched
         assert _ssh("systemctl is-active vllm-tiny-llama-a.service") == "active"  # killed before a drained
