@@ -32,6 +32,11 @@ def systemd_env_file(environment):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def systemd_env_file_values(text):
+    """The variables of an EnvironmentFile= body that systemd_env_file wrote."""
+    return _serve_args.parse_env_file(str(text or ''))
+
+
 def vllm_bind_host(requested, gateway=False, api_key=False, variable='bind_host'):
     """Where vLLM listens: requested when given, else 127.0.0.1 (0.0.0.0 only with an API key and no gateway)."""
     try:
@@ -46,5 +51,6 @@ class FilterModule:
             'vllm_serve_args': vllm_serve_args,
             'systemd_command_line': systemd_command_line,
             'systemd_env_file': systemd_env_file,
+            'systemd_env_file_values': systemd_env_file_values,
             'vllm_bind_host': vllm_bind_host,
         }

@@ -164,3 +164,13 @@ def env_file(environment):
         text = text.replace('\\', '\\\\').replace('"', '\\"').replace('$', '\\$').replace('`', '\\`')
         lines.append('%s="%s"\n' % (key, text))
     return ''.join(lines)
+
+
+def parse_env_file(text):
+    """The variables of an EnvironmentFile= body as env_file() writes it (KEY="value" with \\ " $ ` escaped)."""
+    values = {}
+    for line in (text or '').splitlines():
+        match = re.match(r'\A([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"\Z', line.strip())
+        if match:
+            values[match.group(1)] = re.sub(r'\\(.)', r'\1', match.group(2))
+    return values
