@@ -37,7 +37,7 @@ RECORD_STEP_END = "Write this host's serving record"
 def boundaries(inventory, work, mode, target):
     """The switch phase's tasks, from one unkilled pivot to `target` (which the host then serves)."""
     log = os.path.join(work, f"count-{mode}.tsv")
-    rc, out, _ = harness.run_pivot(inventory, ["-e", f"model={target}", *MODE_ARGS[mode]], task_log=log)
+    rc, out, _killed = harness.run_pivot(inventory, ["-e", f"model={target}", *MODE_ARGS[mode]], task_log=log)
     if rc != 0:
         raise SystemExit(f"counting run of {mode} failed:\n{out[-4000:]}")
     tasks = harness.phase_tasks(log)
@@ -59,7 +59,7 @@ def trial(inventory, work, mode, target, boundary, name, reboot):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--modes", nargs="+", default=list(MODE_ARGS), choices=list(MODE_ARGS))
     parser.add_argument("--stride", type=int, default=1)
     parser.add_argument("--first", type=int, default=1)
@@ -77,7 +77,7 @@ def main():
     tb.hub("start", HUB_PORT)
     tb.machine_up(HOST, HOST_SSH, tb.vllm_image())
     try:
-        rc, out, _ = harness.run_pivot(work, ["-e", "model=tiny-llama-a", "-e", "pivot_gateway=true", "-e", f"pivot_alias={ALIAS}"])
+        rc, out, _killed = harness.run_pivot(work, ["-e", "model=tiny-llama-a", "-e", "pivot_gateway=true", "-e", f"pivot_alias={ALIAS}"])
         if rc != 0:
             raise SystemExit(out[-4000:])
         serving = "tiny-llama-a"

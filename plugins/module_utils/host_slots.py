@@ -9,7 +9,8 @@ release kept one model in <state_dir>/current.json: that becomes the slot ``defa
 host_slots module on the first run).
 
 This file owns the state's paths and schema, the slot and model-directory naming rules, the choice of GPUs
-and port for a slot, what a slot promises its clients across runs (alias, gateway, port) and the pivot intent. Pure python (no Ansible): the host_slots module reads the disk and passes it in.
+and port for a slot, what a slot promises its clients across runs (alias, gateway, port) and the pivot intent.
+Pure python (no Ansible): the host_slots module reads the disk and passes it in.
 """
 from __future__ import annotations
 

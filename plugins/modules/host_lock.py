@@ -45,6 +45,7 @@ attributes:
     description: Reports whether the lock would be taken; writes nothing.
   diff_mode:
     support: none
+    description: The lock file is bookkeeping of a run; no diff is shown.
 seealso:
   - module: llmfleet.vllm.host_slots
 """

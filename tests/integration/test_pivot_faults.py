@@ -394,12 +394,12 @@ def test_slot_b_starts_beside_a_and_shm_cleanup_keeps_what_live_processes_hold(p
         first = subprocess.Popen([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(pivot.inventory),
                                   os.path.join(REPO, "playbooks", "pivot.yml"), "-e", "model=tiny-llama-b", "-e", "slot=b"],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
-        for _ in range(240):
+        for _attempt in range(240):
             if _ssh("cat /var/lib/llmfleet/pivot.lock 2>/dev/null") or first.poll() is not None:
                 break
             time.sleep(0.5)
         second = pivot("-e", "model=tiny-llama-a")
-        out, _ = first.communicate(timeout=1500)
+        out, _err = first.communicate(timeout=1500)
     traffic = client.summary()
     log_summary(traffic)
     assert second.returncode != 0 and "is being changed by another run: pivot slot b to tiny-llama-b" in second.stdout, \

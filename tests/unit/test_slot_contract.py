@@ -152,7 +152,7 @@ def test_this_run_is_the_outermost_ansible_playbook_ancestor(tmp_path):
              "from ansible_collections.llmfleet.vllm.plugins.module_utils.run_owner import this_run; "
              "print(json.dumps(this_run()))" % os.path.join(REPO, ".ansible", "collections"))
     proc = subprocess.Popen([str(script), child], stdout=subprocess.PIPE, text=True)
-    out, _ = proc.communicate(timeout=60)
+    out, _err = proc.communicate(timeout=60)
     run = json.loads(out)
     assert run["pid"] == proc.pid and run["id"].endswith(":%d:%d" % (proc.pid, run["started"]))
 

@@ -92,7 +92,7 @@ def host_state(machine, slot="default"):
     units = {}
     for line in ssh(machine, "systemctl list-units --all --plain --no-legend 'vllm-*.service' | awk '{print $1}'").split():
         units[line] = ssh(machine, f"systemctl is-active {line}; systemctl is-enabled {line}").split()
-    servers = [line.split() for line in ssh(machine, f"grep -E '^ +server port' /etc/haproxy/haproxy.cfg").splitlines()]
+    servers = [line.split() for line in ssh(machine, "grep -E '^ +server port' /etc/haproxy/haproxy.cfg").splitlines()]
     return {"record": record, "lock": ssh(machine, "cat /var/lib/llmfleet/pivot.lock 2>/dev/null"), "units": units,
             "servers": servers}
 
@@ -137,7 +137,7 @@ def crash_and_heal(machine, inventory, extra, boundary, gateway_url, alias, mode
     if reboot:
         subprocess.run([TESTBED, "reboot", machine], check=True, capture_output=True)
         seen["after_reboot"] = watch(gateway_url, alias, reboot_wait_s, api_key, until_ok=True)
-    rc2, out2, _ = run_pivot(inventory, extra)
+    rc2, out2, _killed = run_pivot(inventory, extra)
     seen["rerun_rc"] = rc2
     seen["rerun_tail"] = "" if rc2 == 0 else out2[-3000:]
     seen["kill_tail"] = "" if killed else out[-3000:]

@@ -35,20 +35,20 @@ def status_fields(pid):
 
 
 result = {"unit": UNIT, "model": MODEL, "time": time.time()}
-_, show = sh("systemctl", "show", UNIT)
+_rc, show = sh("systemctl", "show", UNIT)
 save("unit-show.txt", show)
 props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
 result["unit_props"] = {k: props.get(k, "") for k in (
     "ActiveState", "SubState", "MainPID", "ExecMainStartTimestamp", "NRestarts", "After", "Wants", "User",
     "DevicePolicy", "DeviceAllow", "NoNewPrivileges", "ProtectSystem", "CapabilityBoundingSet", "ControlGroup",
     "LimitNOFILE", "LimitMEMLOCK", "PrivateTmp", "ProtectHome")}
-_, sec = sh("systemd-analyze", "security", "--no-pager", UNIT)
+_rc, sec = sh("systemd-analyze", "security", "--no-pager", UNIT)
 save("security.txt", sec)
 m = re.search(r"Overall exposure level for \S+: ([0-9.]+) (\w+)", sec)
 result["security"] = {"exposure": float(m.group(1)) if m else None, "rating": m.group(2) if m else None}
-_, cat = sh("systemctl", "cat", UNIT)
+_rc, cat = sh("systemctl", "cat", UNIT)
 save("unit-file.txt", cat)
-_, deps = sh("systemctl", "list-dependencies", "--after", "--plain", "--no-pager", UNIT)
+_rc, deps = sh("systemctl", "list-dependencies", "--after", "--plain", "--no-pager", UNIT)
 save("unit-after-deps.txt", deps)
 result["after_uvm_unit"] = "nvidia-uvm-nodes.service" in props.get("After", "").split()
 # Every process in the unit's cgroup: its sandbox state as the kernel sees it, and whether it maps libcuda.
@@ -85,7 +85,9 @@ result["live_namespace"] = live
 # Negative controls: one probe per setting, in a transient unit with the setting and without it.
 open("/tmp/llmfleet-marker", "w").close()
 PROBES = {
-    "ProtectSystem=strict": (["ProtectSystem=strict"], "touch /opt/.llmfleet-probe 2>/dev/null && rm -f /opt/.llmfleet-probe && echo wrote || echo refused", "refused"),
+    "ProtectSystem=strict": (["ProtectSystem=strict"],
+                             "touch /opt/.llmfleet-probe 2>/dev/null && rm -f /opt/.llmfleet-probe && echo wrote || echo refused",
+                             "refused"),
     "ProtectHome=true": (["ProtectHome=true"], "ls /root/carry >/dev/null 2>&1 && echo visible || echo hidden", "hidden"),
     "PrivateTmp=true": (["PrivateTmp=true"], "test -e /tmp/llmfleet-marker && echo shared || echo private", "private"),
     "NoNewPrivileges=true": (["NoNewPrivileges=true"], "grep NoNewPrivs /proc/self/status", "NoNewPrivs:\t1"),
@@ -115,11 +117,11 @@ for name, (settings, cmd, expect) in PROBES.items():
 result["negative_controls"] = controls
 # The GPU as NVML sees it, and the journal (engine, platform, device).
 result["nvml"] = json.loads(sh(PY, os.path.join(os.path.dirname(__file__), "nvml_snapshot.py"))[1])
-_, journal = sh("journalctl", "-u", UNIT, "--no-pager", "-o", "short-iso")
+_rc, journal = sh("journalctl", "-u", UNIT, "--no-pager", "-o", "short-iso")
 save("journal-%s.txt" % MODEL, journal)
 result["journal_gpu_lines"] = [line[line.find(": ") + 2:][:220] for line in journal.splitlines() if re.search(
     r"platform|CUDA|cuda:0|device_config|Flash ?Attention|CUDA graph|GPU KV cache|model weights took|Available KV", line)][:25]
-_, envfile = sh("sh", "-c", "grep -h '^CUDA_VISIBLE_DEVICES' /etc/llmfleet/*.env; stat -c '%a %U' /etc/llmfleet/*.env")
+_rc, envfile = sh("sh", "-c", "grep -h '^CUDA_VISIBLE_DEVICES' /etc/llmfleet/*.env; stat -c '%a %U' /etc/llmfleet/*.env")
 result["env_cuda_visible_devices"] = envfile.strip()
 # Requests through the openai client (carried in the wheelhouse with vLLM).
 port = 8000 if MODEL.endswith("-a") else 8001

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What NVIDIA driver a host already runs, and whether llmfleet.vllm.nvidia_driver should leave it alone.
 

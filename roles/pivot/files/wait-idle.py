@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Wait until the vLLM server on 127.0.0.1:PORT has no request running or waiting, at most TIMEOUT_S seconds.
 
