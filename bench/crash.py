@@ -91,8 +91,9 @@ def main():
                 reboot = args.reboot_every > 0 and count % args.reboot_every == args.reboot_every - 1
                 seen = trial(work, work, mode, serving, index, name, reboot)
                 rows.append(seen)
-                print(json.dumps({k: seen[k] for k in ("mode", "boundary", "task", "killed", "bad_answers", "healed",
-                                                        "problems", "failed", "failed_not_503", "seconds")}), flush=True)
+                shown = ("mode", "boundary", "task", "killed", "bad_answers", "healed", "problems", "failed",
+                         "failed_not_503", "seconds")
+                print(json.dumps({k: seen[k] for k in shown}), flush=True)
                 if not seen["healed"]:
                     serving = harness.host_state(HOST)["record"].get("model") or serving
                 os.makedirs(os.path.dirname(args.out), exist_ok=True)
