@@ -2,14 +2,18 @@
 """Every task boundary of a pivot's switch phase, killed: the crash harness over both strategies, on a real systemd
 test host with vLLM's CPU engine and Debian's HAProxy (docs/pivot-safety.md).
 
-    .venv/bin/python bench/crash.py [--modes blue_green stop_start] [--stride 1] [--reboot-every 5] [--first N --last M]
+    .venv/bin/python bench/crash.py [--modes blue_green stop_start] [--every-task] [--stride 1] [--reboot-every 1]
+                                    [--first N --last M]
 
-For each mode, one unkilled pivot counts the switch phase's tasks (from the intent through the record step). Then
-for each boundary N (every --stride-th) a pivot to the other model is killed (SIGKILL, the whole controller) after N
-tasks of the phase, while an `openai` client sends the slot's alias `chat` through the gateway; the harness checks
-that the alias answers or says 503 with Retry-After, reloads HAProxy (and reboots the host every --reboot-every
-boundaries), then re-runs the same command once and checks that the host serves the intended model with record,
-units and gateway agreeing. Prints a Markdown table and writes results/bench-crash.json.
+For each mode, one unkilled pivot counts the switch phase's tasks (from the intent through the record step) and notes
+which of them changed the host. A kill after a task that changed nothing (skipped, a fact, a check, a wait) leaves the
+host as the kill after the last changing task before it: by default the bench tries the boundaries after each
+changing task (--every-task: after every task). For each boundary N a pivot to the other model is killed (SIGKILL,
+the whole controller) after N tasks of the phase, while an `openai` client sends the slot's alias `chat` through the
+gateway; the harness checks that the alias answers or says 503 with Retry-After, reloads HAProxy and reboots the host
+(every --reboot-every boundaries, each by default), then re-runs the same command once and checks that the host
+serves the intended model with record, units and gateway agreeing. Prints a Markdown table and writes
+results/bench-crash.json.
 """
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ def boundaries(inventory, work, mode, target):
         raise SystemExit(f"counting run of {mode} failed:\n{out[-4000:]}")
     tasks = harness.phase_tasks(log)
     last = next((i for i, _a, name in tasks if RECORD_STEP_END in name), tasks[-1][0])
-    return [t for t in tasks if t[0] <= last]
+    return [t for t in tasks if t[0] <= last], harness.changed_tasks(log)
 
 
 def trial(inventory, work, mode, target, boundary, name, reboot):
@@ -64,7 +68,8 @@ def main():
     parser.add_argument("--stride", type=int, default=1)
     parser.add_argument("--first", type=int, default=1)
     parser.add_argument("--last", type=int, default=10**6)
-    parser.add_argument("--reboot-every", type=int, default=5, help="0: never")
+    parser.add_argument("--reboot-every", type=int, default=1, help="0: never")
+    parser.add_argument("--every-task", action="store_true", help="also the boundaries after tasks that changed nothing")
     parser.add_argument("--out", default=os.path.join(tb.REPO, "results", "bench-crash.json"))
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-crash-")
@@ -73,7 +78,7 @@ def main():
         "ansible_port": HOST_SSH, "llmfleet_models_extra": {m: {"port": p} for m, p in PORTS.items()},
         "model_fetch_hf_endpoint": f"http://127.0.0.1:{HUB_PORT}", "pivot_benchmark": False,
         "pivot_controller_results_dir": results, "gateway_port": GATEWAY, "gateway_retry_after_s": 5}})
-    rows = []
+    rows, all_tasks, changing = [], {}, {}
     tb.hub("start", HUB_PORT)
     tb.machine_up(HOST, HOST_SSH, tb.vllm_image())
     try:
@@ -83,9 +88,12 @@ def main():
         serving = "tiny-llama-a"
         for mode in args.modes:
             serving = tb.other_model(serving)
-            tasks = boundaries(work, work, mode, serving)
-            chosen = [t for t in tasks[::args.stride] if args.first <= t[0] <= args.last]
-            print(f"{mode}: {len(tasks)} boundaries, trying {len(chosen)}", flush=True)
+            tasks, changed = boundaries(work, work, mode, serving)
+            distinct = tasks if args.every_task else [t for t in tasks if t[0] in changed]
+            chosen = [t for t in distinct[::args.stride] if args.first <= t[0] <= args.last]
+            print(f"{mode}: {len(tasks)} boundaries, {len(changed)} after a task that changed the host, trying {len(chosen)}",
+                  flush=True)
+            all_tasks[mode], changing[mode] = tasks, changed
             for count, (index, _action, name) in enumerate(chosen):
                 serving = tb.other_model(serving)
                 reboot = args.reboot_every > 0 and count % args.reboot_every == args.reboot_every - 1
@@ -98,7 +106,7 @@ def main():
                     serving = harness.host_state(HOST)["record"].get("model") or serving
                 os.makedirs(os.path.dirname(args.out), exist_ok=True)
                 with open(args.out, "w", encoding="utf-8") as handle:
-                    json.dump({"tasks": {mode: tasks}, "trials": rows}, handle, indent=1)
+                    json.dump({"tasks": all_tasks, "changed": changing, "trials": rows}, handle, indent=1)
     finally:
         tb.machine_down(HOST)
         tb.hub("stop", HUB_PORT)

@@ -11,18 +11,23 @@ description:
   - Returns the owner that C(llmfleet.vllm.host_lock) records for this run - the controller's host name and boot id,
     the process id of C(ansible-playbook) and the process's start time (a reused process id is another run).
   - The filter C(llmfleet.vllm.controller_run_alive) tells, on the same controller, whether such a run still lives.
-options: {}
+  - Terms, when given, are the owner's scope (joined by a space and added to its id), e.g. the inventory host and the
+    slot, so that one run reaching one machine as two inventory hosts holds two different owners.
+options:
+  _terms:
+    description: The scope of the owner (optional).
+    required: false
 """
 
 EXAMPLES = r"""
 - name: Take the host lock for this run
   llmfleet.vllm.host_lock:
-    owner: "{{ lookup('llmfleet.vllm.controller_run') }}"
+    owner: "{{ lookup('llmfleet.vllm.controller_run', inventory_hostname, 'slot default') }}"
 """
 
 RETURN = r"""
 _raw:
-  description: One dict - id, controller, boot_id, pid, started.
+  description: One dict - id, controller, boot_id, pid, started, and scope when terms were given.
   type: list
   elements: dict
 """
@@ -33,4 +38,5 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.run_owner import thi
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        return [this_run()]
+        scope = ' '.join(str(term) for term in terms) if terms else None
+        return [this_run(scope=scope)]

@@ -41,10 +41,13 @@ def boot_id(proc='/proc'):
     return (_read(os.path.join(proc, 'sys', 'kernel', 'random', 'boot_id')) or b'').decode().strip()
 
 
-def this_run(pid=None, proc='/proc'):
+def this_run(pid=None, proc='/proc', scope=None):
     """The run this process belongs to: its outermost ansible-playbook ancestor (Ansible forks its workers from the
     ansible-playbook process, so they carry the same command line, and templates lookups in them; a worker ends with
-    its task), else the parent process."""
+    its task), else the parent process.
+
+    ``scope`` (e.g. the inventory host and slot) becomes part of the id: one run that reaches the same machine as two
+    inventory hosts holds two different owners, so the second waits for the first instead of re-entering its lock."""
     pid = pid or os.getpid()
     chosen, seen = None, 0
     current = pid
@@ -61,8 +64,12 @@ def this_run(pid=None, proc='/proc'):
         chosen = (_stat_fields(pid, proc) or (os.getppid(), 0))[0]
     started = (_stat_fields(chosen, proc) or (0, 0))[1]
     controller = socket.gethostname()
-    return {'id': '%s:%s:%d:%d' % (controller, boot_id(proc)[:8], chosen, started), 'controller': controller,
-            'boot_id': boot_id(proc), 'pid': chosen, 'started': started}
+    run_id = '%s:%s:%d:%d' % (controller, boot_id(proc)[:8], chosen, started)
+    owner = {'id': run_id + (' %s' % scope if scope else ''), 'controller': controller, 'boot_id': boot_id(proc),
+             'pid': chosen, 'started': started}
+    if scope:
+        owner['scope'] = scope
+    return owner
 
 
 def run_alive(owner, proc='/proc'):

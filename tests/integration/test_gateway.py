@@ -12,7 +12,8 @@ In order, on one host (slot `default`, alias `chat`):
    answers, also after `systemctl reload haproxy`; one re-run finishes the switch (a drains and stops). 0 failed
    requests, downtime 0. A re-run changes nothing.
 3. rollback during load: a pivot back to tiny-llama-a whose gate cannot pass (blue/green: a starts beside b and is
-   stopped again; b never stops). 0 failed requests.
+   stopped again; b never stops). 0 failed requests. Then the same as stop-then-start (pivot_blue_green=false) while
+   long streams run: the streams in flight finish before b stops (the drain), later requests get 503 + Retry-After.
 4. stop, then start (a new upstream commit of tiny-llama-b: the same model's unit cannot run twice), killed after the
    old revision stopped and before the new one started: clients get 503 with Retry-After (also after a reload), and
    one re-run rolls back to the recorded revision, then pivots; every failed request is a 503 with Retry-After
@@ -177,6 +178,29 @@ def test_rollback_during_load_fails_no_request(pivot):
     assert _main_pid("tiny-llama-b") == b_pid and _slot() == slot
     assert _ssh("systemctl is-active vllm-tiny-llama-a.service") != "active"
     assert _served_through_gateway() == ("chat", 200)
+
+
+def test_stop_then_start_to_another_model_lets_the_streams_in_flight_end(pivot):
+    """Issue #27 item 4: a stop-then-start to another model (the gateway's map changes) while two clients stream long
+    completions back to back through the gateway. The streams in flight when the gateway closed run to their end
+    before b stops (the drain waits on b's own count from vLLM's /metrics); later requests get 503 with Retry-After.
+    a's gate cannot pass: the pivot rolls back to b."""
+    streams = ContinuousClient(GW_URL + "/v1", "chat", workers=2, max_tokens=200, interval_s=0.5, timeout_s=120,
+                               stream=True, max_seconds=1200)
+    with streams, _client() as client:
+        result = pivot("-e", "model=tiny-llama-a", "-e", "pivot_blue_green=false", "-e", "pivot_gate_min_output_tok_s=1e9")
+    for name, traffic in (("streams", streams.summary()), ("short", client.summary())):
+        log_summary(traffic, name=f"{__name__}::stop_then_start_streams::{name}")
+    assert result.returncode != 0 and "Rolled back" in result.stdout, result.stdout[-6000:]
+    assert "Stop sending the slot's new requests to the draining server" in result.stdout, result.stdout[-6000:]
+    cut = [r for r in streams.requests if r["status"] == 200 and not r["ok"]]
+    assert cut == [], cut[:3]
+    refused = [r for r in streams.requests + client.requests if not r["ok"]]
+    assert refused and all(r["status"] == 503 and r.get("retry_after") == "5" for r in refused), refused[:5]
+    closed_at = min(r["start"] for r in refused)
+    spanning = [r for r in streams.requests if r["ok"] and r["start"] < closed_at < r["end"]]
+    assert spanning and all(r["chunks"] >= 100 for r in spanning), (closed_at, streams.requests[-6:])
+    assert _slot()["model"] == "tiny-llama-b" and _served_through_gateway() == ("chat", 200)
 
 
 def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_closed(pivot):

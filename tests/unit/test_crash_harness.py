@@ -68,6 +68,8 @@ def test_a_run_logs_the_phase_from_the_intent_skipped_tasks_included(tmp_path):
     assert [(i, name) for i, _action, name in harness.phase_tasks(log)] == [
         (1, "The intent"), (2, "Second task"), (3, "Third task, skipped"), (4, "Fourth task")]
     assert sorted(os.listdir(marks)) == ["2", "4"]
+    # The boundaries after which the host changed: the skipped task's is the same host as the second task's.
+    assert harness.changed_tasks(log) == [1, 2, 4]
 
 
 def test_the_kill_comes_at_the_boundary_and_takes_the_controller(tmp_path):

@@ -255,3 +255,14 @@ def test_wait_idle_waits_for_the_models_own_count_and_is_a_bound():
         server.server_close()
     # Nothing listens: nothing in flight.
     assert _wait_idle(metrics.port, 5)["idle"] is True
+
+
+def test_a_run_scoped_to_two_inventory_hosts_holds_two_owners_of_one_machine_lock(tmp_path):
+    # One rollout reaching one machine as two inventory hosts (two slots): the second is not let into the first's lock.
+    first, second = run_owner.this_run(scope="gpu-1a slot a"), run_owner.this_run(scope="gpu-1b slot b")
+    assert first["pid"] == second["pid"] and first["id"] != second["id"] and first["scope"] == "gpu-1a slot a"
+    assert run_owner.this_run()["id"] == first["id"].split(" ")[0]
+    assert _run_module("host_lock", {"state_dir": str(tmp_path), "owner": first})["acquired"]
+    held = _run_module("host_lock", {"state_dir": str(tmp_path), "owner": second})
+    assert not held["acquired"] and held["holder"]["owner"]["scope"] == "gpu-1a slot a"
+    assert run_owner.run_alive(held["holder"]["owner"]) is True  # alive: refused, not taken over

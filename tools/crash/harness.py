@@ -47,10 +47,22 @@ def phase_tasks(task_log):
     rows = []
     with open(task_log) as handle:
         for line in handle:
-            kind, index, action, name = line.rstrip("\n").split("\t", 3)
-            if kind == "TASK":
-                rows.append((int(index), action, name))
+            fields = line.rstrip("\n").split("\t", 3)
+            if fields[0] == "TASK":
+                rows.append((int(fields[1]), fields[2], fields[3]))
     return rows
+
+
+def changed_tasks(task_log):
+    """Indexes of the phase's tasks that changed the host (a result 'changed'). A kill after any other task leaves the
+    host as the kill after the last changing task before it did: the boundaries that differ are these."""
+    changed = set()
+    with open(task_log) as handle:
+        for line in handle:
+            fields = line.rstrip("\n").split("\t")
+            if fields[0] == "RESULT" and fields[2] == "changed":
+                changed.add(int(fields[1]))
+    return sorted(changed)
 
 
 def probe(gateway_url, alias, api_key=None, timeout_s=30):
@@ -71,14 +83,24 @@ def probe(gateway_url, alias, api_key=None, timeout_s=30):
         return "error-%s" % type(exc).__name__
 
 
-def watch(gateway_url, alias, seconds, api_key=None, until_ok=False):
-    """Probe for a while; the outcomes seen (and whether it served at the end)."""
+def watch(gateway_url, alias, seconds, api_key=None, until_ok=False, machine=None):
+    """Probe for a while; the outcomes seen. until_ok: stop at the first answer, or (machine given) once the answer
+    is 503 with Retry-After and no vLLM unit of the host is active or starting - a steady state that will not serve
+    before the next run."""
     seen, deadline = [], time.monotonic() + seconds
     while True:
         seen.append(probe(gateway_url, alias, api_key))
-        if (until_ok and seen[-1] == "ok") or time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or (until_ok and seen[-1] == "ok"):
+            return seen
+        if until_ok and machine and seen[-3:] == ["retry"] * 3 and not vllm_units_running(machine):
             return seen
         time.sleep(1)
+
+
+def vllm_units_running(machine):
+    """vLLM units of the host that are active or activating (a model loading counts)."""
+    return ssh(machine, "systemctl list-units --plain --no-legend --state=active,activating 'vllm-*.service'"
+                        " | awk '{print $1}'").split()
 
 
 def ssh(machine, command):
@@ -89,10 +111,15 @@ def host_state(machine, slot="default"):
     """The slot's record, the lock, its units and the gateway's servers as the host has them."""
     slots = json.loads(ssh(machine, "cat /var/lib/llmfleet/slots.json") or '{"slots": {}}')["slots"]
     record = slots.get(slot) or {}
+    # Units of the host's other slots are theirs: this slot's check leaves them out.
+    others = {"vllm-%s.service" % s.get("model") for name, s in slots.items() if name != slot}
     units = {}
     for line in ssh(machine, "systemctl list-units --all --plain --no-legend 'vllm-*.service' | awk '{print $1}'").split():
-        units[line] = ssh(machine, f"systemctl is-active {line}; systemctl is-enabled {line}").split()
-    servers = [line.split() for line in ssh(machine, "grep -E '^ +server port' /etc/haproxy/haproxy.cfg").splitlines()]
+        if line not in others:
+            units[line] = ssh(machine, f"systemctl is-active {line}; systemctl is-enabled {line}").split()
+    # The slot's backend in haproxy.cfg (the file a reload or a reboot reads), not the other slots'.
+    backend = ssh(machine, f"sed -n '/^backend slot_{slot}$/,/^$/p' /etc/haproxy/haproxy.cfg")
+    servers = [line.split() for line in backend.splitlines() if line.strip().startswith("server port")]
     return {"record": record, "lock": ssh(machine, "cat /var/lib/llmfleet/pivot.lock 2>/dev/null"), "units": units,
             "servers": servers}
 
@@ -136,7 +163,7 @@ def crash_and_heal(machine, inventory, extra, boundary, gateway_url, alias, mode
     seen["after_reload"] = watch(gateway_url, alias, settle_s, api_key)
     if reboot:
         subprocess.run([TESTBED, "reboot", machine], check=True, capture_output=True)
-        seen["after_reboot"] = watch(gateway_url, alias, reboot_wait_s, api_key, until_ok=True)
+        seen["after_reboot"] = watch(gateway_url, alias, reboot_wait_s, api_key, until_ok=True, machine=machine)
     rc2, out2, _killed = run_pivot(inventory, extra)
     seen["rerun_rc"] = rc2
     seen["rerun_tail"] = "" if rc2 == 0 else out2[-3000:]

@@ -24,8 +24,11 @@ import openai
 
 class ContinuousClient:
     def __init__(self, base_url, model, api_key="none", workers=1, max_requests=20000, max_seconds=1800,
-                 max_tokens=4, timeout_s=60, prompt="The capital of France is", interval_s=0.5):
+                 max_tokens=4, timeout_s=60, prompt="The capital of France is", interval_s=0.5, stream=False):
         self.base_url, self.model = base_url, model
+        # stream: each request is a stream of max_tokens (EOS ignored); one cut before its finish_reason is a failure
+        # (status 200, error "cut after N chunks"): what a server stopped under its streams does to a client.
+        self.stream = stream
         self.workers, self.max_requests, self.max_seconds = workers, max_requests, max_seconds
         # A steady client, not a saturating one: each worker waits interval_s between requests.
         self.max_tokens, self.prompt, self.interval_s = max_tokens, prompt, interval_s
@@ -67,11 +70,14 @@ class ContinuousClient:
         start = time.time()
         entry = {"start": start, "ok": False, "status": None, "error": None}
         try:
-            answer = self._client.completions.create(model=self.model, prompt=self.prompt, max_tokens=self.max_tokens)
-            entry["ok"] = bool(answer.choices) and (answer.usage is None or answer.usage.completion_tokens >= 1)
-            entry["status"] = 200
-            if not entry["ok"]:
-                entry["error"] = "empty answer"
+            if self.stream:
+                self._one_stream(entry)
+            else:
+                answer = self._client.completions.create(model=self.model, prompt=self.prompt, max_tokens=self.max_tokens)
+                entry["ok"] = bool(answer.choices) and (answer.usage is None or answer.usage.completion_tokens >= 1)
+                entry["status"] = 200
+                if not entry["ok"]:
+                    entry["error"] = "empty answer"
         except openai.APIStatusError as exc:
             entry.update(status=exc.status_code, error="HTTP %d: %s" % (exc.status_code, str(exc)[:200]),
                          retry_after=exc.response.headers.get("retry-after"))
@@ -81,6 +87,22 @@ class ContinuousClient:
         with self._lock:
             self.requests.append(entry)
         self._stop.wait(self.interval_s)
+
+    def _one_stream(self, entry):
+        entry.update(status=200, chunks=0, finish_reason=None)
+        try:
+            for chunk in self._client.completions.create(model=self.model, prompt=self.prompt, max_tokens=self.max_tokens,
+                                                         stream=True, extra_body={"ignore_eos": True}):
+                entry["chunks"] += 1
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    entry["finish_reason"] = chunk.choices[0].finish_reason
+        except openai.APIStatusError:
+            raise
+        except Exception as exc:  # pylint: disable=broad-except  # closed under the stream: openai's or httpx's error
+            entry["error"] = "cut after %d chunks: %s: %s" % (entry["chunks"], type(exc).__name__, str(exc)[:160])
+        entry["ok"] = entry["finish_reason"] is not None and entry["error"] is None
+        if entry["error"] is None and not entry["ok"]:
+            entry["error"] = "cut after %d chunks: no finish_reason" % entry["chunks"]
 
     def summary(self):
         with self._lock:

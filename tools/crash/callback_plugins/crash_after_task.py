@@ -6,7 +6,8 @@ The switch phase begins with the first task that changes the host: the pivot's i
 with action intend). Boundary N is "after N tasks of the phase": the kill comes as task N+1 starts. Tasks are
 counted as the strategy starts them (a task that a condition skips counts too), so a boundary is a task counter,
 not a name. LLMFLEET_CRASH_AFTER=N arms it; LLMFLEET_CRASH_LOG=FILE gets one line per task of the phase
-(index, action, name), which a run without LLMFLEET_CRASH_AFTER uses to count the boundaries.
+(index, action, name) and one per result (index, status: changed, ok, skipped or failed), which a run without
+LLMFLEET_CRASH_AFTER uses to count the boundaries and to tell those after which the host changed.
 LLMFLEET_CRASH_BEFORE_TASK_NAMED=TEXT arms it at the boundary before the first task of the phase whose name holds
 TEXT (the few chosen boundaries of make test, which stay put when tasks are added elsewhere).
 """
@@ -65,3 +66,20 @@ class CallbackModule(CallbackBase):
             os.kill(os.getpid(), signal.SIGKILL)
         self._done += 1
         self._note('TASK\t%d\t%s\t%s' % (self._done, task.action, task.get_name()))
+
+    def _result(self, status):
+        if self._done is not None:
+            self._note('RESULT\t%d\t%s' % (self._done, status))
+
+    def v2_runner_on_ok(self, result):
+        self._result('changed' if result.is_changed() else 'ok')
+
+    def v2_runner_on_skipped(self, result):
+        self._result('skipped')
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._result('failed')
+
+    def v2_runner_item_on_ok(self, result):
+        if result.is_changed():
+            self._result('changed')
