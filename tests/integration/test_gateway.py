@@ -183,11 +183,15 @@ def test_rollback_during_load_fails_no_request(pivot):
 
 
 def test_stop_then_start_to_another_model_lets_the_streams_in_flight_end(pivot):
-    """Issue #27 item 4: a stop-then-start to another model (the gateway's map changes) while two clients stream
-    1500-token completions back to back through the gateway. The streams in flight when the gateway closed run to
-    their end before b stops (the drain waits on b's own count from vLLM's /metrics); later requests get 503 with Retry-After.
-    a's gate cannot pass: the pivot rolls back to b."""
-    streams = ContinuousClient(GW_URL + "/v1", "chat", workers=2, max_tokens=1500, interval_s=0.5, timeout_s=300,
+    """Issue #27 item 4: a stop-then-start to another model (the gateway's map changes) while a client streams
+    1000-token completions back to back through the gateway, beside another client's short requests. The stream in
+    flight when the gateway closed runs to its end before b stops (the drain waits on b's own count from vLLM's
+    /metrics); later requests get 503 with Retry-After. a's gate cannot pass: the pivot rolls back to b.
+    On acfc22f (gateway reloaded before the drain, which read the new worker's sessions) the stream was cut after 525
+    of 1500 chunks ("EngineCore encountered an issue")."""
+    # One stream at a time, back to back: the one in flight when the gateway closed is the only one left (with a second
+    # worker, a stream begun after an early reload would hold the old drain until the first had ended too).
+    streams = ContinuousClient(GW_URL + "/v1", "chat", workers=1, max_tokens=1000, interval_s=0.5, timeout_s=300,
                                stream=True, max_seconds=1200)
     with streams, _client() as client:
         result = pivot("-e", "model=tiny-llama-a", "-e", "pivot_blue_green=false", "-e", "pivot_gate_min_output_tok_s=1e9")
@@ -201,7 +205,7 @@ def test_stop_then_start_to_another_model_lets_the_streams_in_flight_end(pivot):
     assert refused and all(r["status"] == 503 and r.get("retry_after") == "5" for r in refused), refused[:5]
     closed_at = min(r["start"] for r in refused)
     spanning = [r for r in streams.requests if r["ok"] and r["start"] < closed_at < r["end"]]
-    assert spanning and all(r["chunks"] >= 1000 for r in spanning), (closed_at, streams.requests[-6:])
+    assert spanning and all(r["chunks"] >= 900 for r in spanning), (closed_at, streams.requests[-6:])
     assert _slot()["model"] == "tiny-llama-b" and _served_through_gateway() == ("chat", 200)
 
 
