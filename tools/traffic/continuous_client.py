@@ -24,7 +24,8 @@ import openai
 
 class ContinuousClient:
     def __init__(self, base_url, model, api_key="none", workers=1, max_requests=20000, max_seconds=1800,
-                 max_tokens=4, timeout_s=60, prompt="The capital of France is", interval_s=0.5, stream=False):
+                 max_tokens=4, timeout_s=60, prompt="The capital of France is", interval_s=0.5, stream=False,
+                 failure_interval_s=None):
         self.base_url, self.model = base_url, model
         # stream: each request is a stream of max_tokens (EOS ignored); one cut before its finish_reason is a failure
         # (status 200, error "cut after N chunks"): what a server stopped under its streams does to a client.
@@ -32,6 +33,8 @@ class ContinuousClient:
         self.workers, self.max_requests, self.max_seconds = workers, max_requests, max_seconds
         # A steady client, not a saturating one: each worker waits interval_s between requests.
         self.max_tokens, self.prompt, self.interval_s = max_tokens, prompt, interval_s
+        # After a failed request (default: interval_s): back to back streams need no pause, a closed gateway's 503s do.
+        self.failure_interval_s = interval_s if failure_interval_s is None else failure_interval_s
         # No retries: every failure the server or the network gives is counted, not hidden by the client.
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s)
         self._stop = threading.Event()
@@ -86,7 +89,7 @@ class ContinuousClient:
         entry["end"] = time.time()
         with self._lock:
             self.requests.append(entry)
-        self._stop.wait(self.interval_s)
+        self._stop.wait(self.interval_s if entry["ok"] else self.failure_interval_s)
 
     def _one_stream(self, entry):
         entry.update(status=200, chunks=0, finish_reason=None)
