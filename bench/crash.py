@@ -57,9 +57,13 @@ def trial(inventory, work, mode, target, boundary, name, reboot):
         seen = harness.crash_and_heal(HOST, inventory, ["-e", f"model={target}", *MODE_ARGS[mode]], boundary, GW_URL,
                                       ALIAS, target, reboot=reboot, task_log=os.path.join(work, "trial.tsv"))
     failed = [r for r in client.requests if not r["ok"]]
+    not_503 = [r for r in failed if not (r["status"] == 503 and r.get("retry_after"))]
+    # When and how the others failed, against the trial's own times (kill, reload, reboot, re-run in `seen`).
+    seen["at"] = {step: round(at - started, 1) for step, at in seen["at"].items()}
     seen.update(mode=mode, target=target, task=name, seconds=round(time.time() - started, 1),
-                requests=len(client.requests), failed=len(failed),
-                failed_not_503=len([r for r in failed if not (r["status"] == 503 and r.get("retry_after"))]))
+                requests=len(client.requests), failed=len(failed), failed_not_503=len(not_503),
+                not_503=[{"at_s": round(r["start"] - started, 1), "status": r["status"], "error": r["error"]}
+                         for r in not_503])
     return seen
 
 
@@ -101,7 +105,7 @@ def main():
                 seen = trial(work, work, mode, serving, index, name, reboot)
                 rows.append(seen)
                 shown = ("mode", "boundary", "task", "killed", "bad_answers", "healed", "problems", "failed",
-                         "failed_not_503", "seconds")
+                         "failed_not_503", "not_503", "at", "seconds")
                 print(json.dumps({k: seen[k] for k in shown}), flush=True)
                 if not seen["healed"]:
                     serving = harness.host_state(HOST)["record"].get("model") or serving

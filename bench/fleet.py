@@ -45,11 +45,6 @@ def host_vars(index: int, results_dir: str) -> dict:
     }
 
 
-def pivot_record(results_dir: str, host: str, model: str) -> dict:
-    with open(os.path.join(results_dir, host, "pivots", f"{model}-latest.json"), encoding="utf-8") as fh:
-        return json.load(fh)
-
-
 class Fleet:
     def __init__(self, inventory: str, results_dir: str, batch_size: str):
         self.inventory, self.results_dir, self.batch_size = inventory, results_dir, batch_size
@@ -80,7 +75,7 @@ class Fleet:
         return common
 
     def load_times(self, hosts: list[str], model: str) -> list[float]:
-        return [float(pivot_record(self.results_dir, h, model)["load_time_s"]) for h in hosts]
+        return [float(tb.read_pivot_record(self.results_dir, h, model)["load_time_s"]) for h in hosts]
 
 
 def main() -> None:

@@ -24,11 +24,6 @@ import testbed_bench as tb
 MACHINE, SSH_PORT, HUB_PORT = "bench-pivot", "2235", "18093"
 
 
-def record(model: str) -> dict:
-    with open(os.path.join(tb.REPO, "results", MACHINE, "pivots", f"{model}-latest.json"), encoding="utf-8") as fh:
-        return json.load(fh)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="pivots of each kind (default 3)")
@@ -50,7 +45,7 @@ def main() -> None:
         for _run in range(args.runs):
             target = tb.other_model(current)
             tb.run_playbook(inv, pivot_yml, "-e", f"model={target}")
-            rec = record(target)
+            rec = tb.read_pivot_record(os.path.join(tb.REPO, "results"), MACHINE, target)
             if rec["downtime_source"] != "journal":
                 sys.exit(f"downtime of the pivot to {target} was not measured on the host's clock: {rec}")
             downtime.append(float(rec["downtime_s"]))

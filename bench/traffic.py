@@ -67,11 +67,6 @@ def row(part: str, scenario: str, path: str, summary: dict, requests: list, reco
             "errors": summary["errors"][:3]}
 
 
-def pivot_record(results: str, host: str, model: str) -> dict:
-    with open(os.path.join(results, host, "pivots", f"{model}-latest.json"), encoding="utf-8") as fh:
-        return json.load(fh)
-
-
 def run_host_part(work: str, image: str) -> list[dict]:
     results, inventory = os.path.join(work, "host-results"), os.path.join(work, "host-inventory")
     os.makedirs(inventory)
@@ -87,13 +82,13 @@ def run_host_part(work: str, image: str) -> list[dict]:
         summary, requests, _result = measured(direct_url, lambda: tb.run_playbook(
             inventory, pivot_yml, "-e", "model=tiny-llama-b", log=os.path.join(work, "host-peer.log")))
         rows.append(row("host", "pivot a -> b, stop then start", "vLLM port (peer)", summary, requests,
-                        pivot_record(results, HOST, "tiny-llama-b")))
+                        tb.read_pivot_record(results, HOST, "tiny-llama-b")))
         # The slot moves behind the gateway (vLLM rebinds to loopback): not measured.
         tb.run_playbook(inventory, pivot_yml, "-e", "model=tiny-llama-b", *gateway, log=os.path.join(work, "host-gw.log"))
         summary, requests, _result = measured(gateway_url, lambda: tb.run_playbook(
             inventory, pivot_yml, "-e", "model=tiny-llama-a", *gateway, log=os.path.join(work, "host-bg.log")))
         rows.append(row("host", "(b) pivot b -> a, blue/green", "gateway", summary, requests,
-                        pivot_record(results, HOST, "tiny-llama-a")))
+                        tb.read_pivot_record(results, HOST, "tiny-llama-a")))
         summary, requests, _result = measured(gateway_url, lambda: subprocess.run(
             [tb.ANSIBLE_PLAYBOOK, "-i", inventory, pivot_yml, "-e", "model=tiny-llama-b", *gateway,
              "-e", "pivot_gate_min_output_tok_s=1e9"], capture_output=True, text=True, cwd=tb.REPO, check=False,
@@ -104,7 +99,7 @@ def run_host_part(work: str, image: str) -> list[dict]:
             inventory, pivot_yml, "-e", "model=tiny-llama-a", "-e", "revision=main", *gateway,
             log=os.path.join(work, "host-stop-start.log")))
         rows.append(row("host", "(c) a -> a at a new commit, stop then start", "gateway", summary, requests,
-                        pivot_record(results, HOST, "tiny-llama-a")))
+                        tb.read_pivot_record(results, HOST, "tiny-llama-a")))
     finally:
         tb.machine_down(HOST)
     return rows

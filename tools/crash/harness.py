@@ -12,11 +12,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, ".ansible", "collections"))  # the working tree as the collection (`make venv`)
+# pylint: disable-next=wrong-import-position
+from ansible_collections.llmfleet.vllm.plugins.module_utils.host_slots import unit_name  # noqa: E402
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 CALLBACKS = os.path.join(REPO, "tools", "crash", "callback_plugins")
 
@@ -112,7 +116,7 @@ def host_state(machine, slot="default"):
     slots = json.loads(ssh(machine, "cat /var/lib/llmfleet/slots.json") or '{"slots": {}}')["slots"]
     record = slots.get(slot) or {}
     # Units of the host's other slots are theirs: this slot's check leaves them out.
-    others = {"vllm-%s.service" % s.get("model") for name, s in slots.items() if name != slot}
+    others = {unit_name(s["model"]) for name, s in slots.items() if name != slot and s.get("model")}
     units = {}
     for line in ssh(machine, "systemctl list-units --all --plain --no-legend 'vllm-*.service' | awk '{print $1}'").split():
         if line not in others:
@@ -134,7 +138,7 @@ def agrees(state, model):
         problems.append("an intent is left: %s" % record["pivot"].get("phase"))
     if state["lock"]:
         problems.append("the lock is left")
-    unit = "vllm-%s.service" % model
+    unit = unit_name(model)
     for name, (active, enabled) in state["units"].items():
         want = ["active", "enabled"] if name == unit else None
         if want and [active, enabled] != want:
@@ -157,14 +161,18 @@ def crash_and_heal(machine, inventory, extra, boundary, gateway_url, alias, mode
     named = boundary if isinstance(boundary, str) else None
     rc, out, killed = run_pivot(inventory, extra, crash_after=None if named else boundary, task_log=task_log,
                                 crash_before_task_named=named)
-    seen = {"boundary": boundary, "killed": killed, "rc": rc}
+    seen = {"boundary": boundary, "killed": killed, "rc": rc, "at": {"killed": time.time()}}
     seen["after_kill"] = watch(gateway_url, alias, settle_s, api_key)
+    seen["at"]["reload"] = time.time()
     ssh(machine, "systemctl reload haproxy")
     seen["after_reload"] = watch(gateway_url, alias, settle_s, api_key)
     if reboot:
+        seen["at"]["reboot"] = time.time()
         subprocess.run([TESTBED, "reboot", machine], check=True, capture_output=True)
         seen["after_reboot"] = watch(gateway_url, alias, reboot_wait_s, api_key, until_ok=True, machine=machine)
+    seen["at"]["rerun"] = time.time()
     rc2, out2, _killed = run_pivot(inventory, extra)
+    seen["at"]["healed"] = time.time()
     seen["rerun_rc"] = rc2
     seen["rerun_tail"] = "" if rc2 == 0 else out2[-3000:]
     seen["kill_tail"] = "" if killed else out[-3000:]
