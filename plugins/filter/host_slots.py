@@ -2,6 +2,9 @@
 """Filters over a slot's record (llmfleet.vllm.host_slots owns the rules)."""
 from __future__ import annotations
 
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils.host_slots import SlotError, unit_name
 from ansible_collections.llmfleet.vllm.plugins.module_utils.host_slots import slot_gateway as _slot_gateway
 
 
@@ -9,6 +12,13 @@ def slot_gateway(record):
     return _slot_gateway(record)
 
 
+def vllm_unit(model, variant=None):
+    try:
+        return unit_name(model, variant)
+    except SlotError as exc:
+        raise AnsibleFilterError('vllm_unit: %s' % exc)
+
+
 class FilterModule:
     def filters(self):
-        return {'slot_gateway': slot_gateway}
+        return {'slot_gateway': slot_gateway, 'vllm_unit': vllm_unit}

@@ -62,8 +62,12 @@ def state_paths(state_dir=None):
             'records_dir': os.path.join(state_dir, RECORDS_DIR)}
 
 
-def unit_name(model):
-    return 'vllm-%s.service' % model
+def unit_name(model, variant=None):
+    """The systemd unit that serves ``model`` (the one place this name is spelt): vllm-<model>.service, or
+    vllm-<model>-<variant>.service for another way of serving it (the Ray cluster's: variant ``ray``)."""
+    if not model or not isinstance(model, str) or '/' in model:
+        raise SlotError('a vLLM unit is named after a catalog model name; got %s' % json.dumps(model))
+    return 'vllm-%s%s.service' % (model, '-%s' % variant if variant else '')
 
 
 def check_slot_name(name, variable='slot'):

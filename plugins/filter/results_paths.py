@@ -1,0 +1,23 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Paths under the controller's results folder (llmfleet.vllm's module_utils results_paths owns the layout)."""
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils import results_paths
+
+
+def pivot_records_dir(results_dir, host):
+    return results_paths.pivot_records_dir(results_dir, host)
+
+
+def pivot_record_path(results_dir, host, model):
+    try:
+        return results_paths.pivot_record_path(results_dir, host, model)
+    except ValueError as exc:
+        raise AnsibleFilterError('pivot_record_path: %s' % exc)
+
+
+class FilterModule:
+    def filters(self):
+        return {'pivot_records_dir': pivot_records_dir, 'pivot_record_path': pivot_record_path}

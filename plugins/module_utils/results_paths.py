@@ -1,0 +1,29 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The layout of the controller's results folder (the lookup llmfleet.vllm.results_dir finds the folder): the one
+owner of where a host's pivot records lie, which the pivot writes and the rollout, its canary gate, the benches and
+the tests read."""
+from __future__ import annotations
+
+import json
+import os
+
+PIVOTS_DIR = 'pivots'
+LATEST_SUFFIX = '-latest.json'
+
+
+def pivot_records_dir(results_dir, host):
+    """<results>/<host>/pivots: the folder of the host's pivot records."""
+    return os.path.join(str(results_dir), str(host), PIVOTS_DIR)
+
+
+def pivot_record_path(results_dir, host, model):
+    """<results>/<host>/pivots/<model>-latest.json: the record of the host's latest pivot to ``model``."""
+    if not model or '/' in str(model):
+        raise ValueError('a pivot record is named after a catalog model name (no "/"); got %s' % json.dumps(model))
+    return os.path.join(pivot_records_dir(results_dir, host), str(model) + LATEST_SUFFIX)
+
+
+def read_pivot_record(results_dir, host, model):
+    """The record of the host's latest pivot to ``model`` (a dict)."""
+    with open(pivot_record_path(results_dir, host, model), encoding='utf-8') as handle:
+        return json.load(handle)

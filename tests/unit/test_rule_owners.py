@@ -1,0 +1,83 @@
+"""Each naming and path rule has one owner that the others call (issue #29): the rule's owner spells it, and a
+path or name built anywhere else in the collection, its playbooks, tools or benches fails here, naming the file
+and line. Tests may spell concrete names (vllm-tiny-llama-a.service): they check the owners from outside."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils import host_slots, results_paths
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCANNED = ("roles", "playbooks", "plugins", "tools", "bench")
+SUFFIXES = (".py", ".yml", ".yaml", ".j2", ".sh")
+
+# rule: (owner, patterns of the rule built by hand: a template, format or concatenation around the fixed parts)
+RULES = {
+    "a host's pivot record <results>/<host>/pivots/<model>-latest.json": (
+        "plugins/module_utils/results_paths.py",
+        [r"(\}\}|\}|%s|['\"]\s*[+~])\s*-latest\.json", r"\}\}/pivots\b", r"['\"]pivots['\"]\s*[,)]"]),
+    "the unit that serves a model vllm-<model>.service": (
+        "plugins/module_utils/host_slots.py",
+        [r"vllm-(\{\{[^}]*\}\}|%s|\{[a-z_]+\})(-[a-z]+)?\.(service|env)\b", r"['\"]vllm-['\"]\s*[~+%]",
+         r"SyslogIdentifier=vllm-\{"]),
+}
+
+
+def _files():
+    for top in SCANNED:
+        for root, dirs, files in os.walk(os.path.join(REPO, top)):
+            dirs[:] = [d for d in dirs if d not in ("__pycache__",)]
+            for name in files:
+                if name.endswith(SUFFIXES):
+                    path = os.path.join(root, name)
+                    yield os.path.relpath(path, REPO), path
+
+
+def _built_by_hand(patterns, text):
+    return [number for number, line in enumerate(text.splitlines(), 1) if any(re.search(p, line) for p in patterns)]
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_the_rule_is_built_only_by_its_owner(rule):
+    owner, patterns = RULES[rule]
+    found = []
+    for relative, path in _files():
+        if relative == owner:
+            continue
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            found += ["%s:%d" % (relative, n) for n in _built_by_hand(patterns, handle.read())]
+    assert found == [], "%s is built outside %s at: %s" % (rule, owner, ", ".join(found))
+
+
+@pytest.mark.parametrize("rule, spelling", [
+    # How these rules were spelt by hand before they had an owner (each one was in main).
+    ("a host's pivot record <results>/<host>/pivots/<model>-latest.json",
+     'dest: "{{ pivot_controller_results_dir }}/{{ inventory_hostname }}/pivots/{{ pivot_model }}-latest.json"'),
+    ("a host's pivot record <results>/<host>/pivots/<model>-latest.json",
+     'path: "{{ pivot_controller_results_dir }}/{{ inventory_hostname }}/pivots"'),
+    ("a host's pivot record <results>/<host>/pivots/<model>-latest.json",
+     'with open(os.path.join(results, host, "pivots", f"{model}-latest.json"), encoding="utf-8") as fh:'),
+    ("the unit that serves a model vllm-<model>.service", "service_deploy__unit: vllm-{{ service_deploy__name }}.service"),
+    ("the unit that serves a model vllm-<model>.service", 'env: "{{ service_deploy_env_dir }}/vllm-{{ service_deploy__name }}.env"'),
+    ("the unit that serves a model vllm-<model>.service", "    ray__serve_unit: vllm-{{ ray_model }}-ray.service"),
+    ("the unit that serves a model vllm-<model>.service", "SyslogIdentifier=vllm-{{ service_deploy__name }}"),
+    ("the unit that serves a model vllm-<model>.service", 'unit = "vllm-%s.service" % model'),
+    ("the unit that serves a model vllm-<model>.service", "name: \"{{ 'vllm-' ~ model ~ '.service' }}\""),
+])
+def test_the_check_catches_a_rule_spelt_by_hand(rule, spelling):
+    assert _built_by_hand(RULES[rule][1], spelling) == [1]
+
+
+def test_the_owners_spell_the_rules():
+    assert results_paths.pivot_record_path("results", "gpu1", "minimax-m25") == "results/gpu1/pivots/minimax-m25-latest.json"
+    assert results_paths.pivot_records_dir("results", "gpu1") == "results/gpu1/pivots"
+    assert host_slots.unit_name("minimax-m25") == "vllm-minimax-m25.service"
+    assert host_slots.unit_name("minimax-m25", "ray") == "vllm-minimax-m25-ray.service"
+    for bad in ("", None, "org/model"):
+        with pytest.raises(ValueError):
+            results_paths.pivot_record_path("results", "gpu1", bad)
+        with pytest.raises(host_slots.SlotError):
+            host_slots.unit_name(bad)
