@@ -37,6 +37,13 @@ def catalog_models(extra=None):
     return _catalog.merge(load_catalog(), extra)
 
 
+def gpus_needed(entry):
+    """The GPUs a catalog entry's server uses (TP x PP x DP)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get('serving'), dict):
+        raise AnsibleFilterError('gpus_needed expects a catalog entry (use llmfleet.vllm.catalog_entry), got %r' % (entry,))
+    return _catalog.gpus_needed(entry)
+
+
 def catalog_validate(extra=None):
     """Error messages for the catalog with extra merged in (empty list when valid)."""
     return _catalog.validate(load_catalog(), extra)
@@ -48,4 +55,5 @@ class FilterModule:
             'catalog_entry': catalog_entry,
             'catalog_models': catalog_models,
             'catalog_validate': catalog_validate,
+            'gpus_needed': gpus_needed,
         }

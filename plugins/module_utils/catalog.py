@@ -321,6 +321,14 @@ def validate(catalog, extra=None):
     return errors
 
 
+def gpus_needed(entry, tensor_parallel_size=None):
+    """The GPUs an entry's server uses: tensor x pipeline x data parallel size (the one place this product is
+    taken; tensor_parallel_size overrides the entry's, as a fit check of another split does)."""
+    serving = entry['serving']
+    return ((tensor_parallel_size or serving.get('tensor_parallel_size') or 1)
+            * (serving.get('pipeline_parallel_size') or 1) * (serving.get('data_parallel_size') or 1))
+
+
 def get(catalog, name, extra=None, profile=None):
     """One validated entry with defaults filled in, its name under 'name' and, if given, a profile applied.
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os.path
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.catalog import gpus_needed
+
 MIB = 1024 ** 2
 GIB = 1024 ** 3
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
@@ -132,9 +134,8 @@ def fit_check(entry, gpus, tensor_parallel_size=None):
     name = entry.get('name', '?')
     tp = tensor_parallel_size or serving['tensor_parallel_size']
     pp = serving.get('pipeline_parallel_size') or 1
-    dp = serving.get('data_parallel_size') or 1
     errors, warnings = [], []
-    result = {'gpus_needed': tp * pp * dp, 'weights_per_gpu_bytes': None, 'usable_per_gpu_bytes': None,
+    result = {'gpus_needed': gpus_needed(entry, tp), 'weights_per_gpu_bytes': None, 'usable_per_gpu_bytes': None,
               'kv_bytes_per_token': None, 'kv_bytes_per_sequence': None}
 
     if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
@@ -189,7 +190,7 @@ def fit_check(entry, gpus, tensor_parallel_size=None):
         errors.append('%s: host gpu_count must be a non-negative integer, got %r' % (name, count))
     elif count < result['gpus_needed']:
         errors.append('%s: needs %d GPUs (TP %d x PP %d x DP %d), host has %d'
-                      % (name, result['gpus_needed'], tp, pp, dp, count))
+                      % (name, result['gpus_needed'], tp, pp, serving.get('data_parallel_size') or 1, count))
     if not mem_ok:
         errors.append('%s: host gpu_memory_mib must be a positive number, got %r' % (name, mem_mib))
     elif entry['size_bytes'] is None:
@@ -382,12 +383,11 @@ def gpu_memory_free(entry, gpu_facts, gpu_ids=None):
 
     vLLM refuses to start when a GPU's free memory is below gpu_memory_utilization x total (another
     process, a dead server's leftovers). gpu_facts: the llmfleet_gpu fact; gpu_ids: the GPU indexes the
-    model gets (default 0..TP x PP - 1). Returns {ok, errors, checked: [{index, free_mib, needed_mib}]}.
+    model gets (default 0..TP x PP x DP - 1). Returns {ok, errors, checked: [{index, free_mib, needed_mib}]}.
     """
     serving = entry['serving']
     util = serving.get('gpu_memory_utilization') or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION
-    count = (serving.get('tensor_parallel_size') or 1) * (serving.get('pipeline_parallel_size') or 1)
-    ids = list(range(count)) if gpu_ids is None else list(gpu_ids)
+    ids = list(range(gpus_needed(entry))) if gpu_ids is None else list(gpu_ids)
     by_index = {gpu.get('index'): gpu for gpu in gpu_facts.get('gpus') or []}
     errors, checked = [], []
     for index in ids:

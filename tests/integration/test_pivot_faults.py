@@ -435,6 +435,9 @@ def _catalog_entry(name: str) -> dict:
     (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", "model_fetch_hf_endpoint=http://127.0.0.1:9"],
      "Cannot pivot tiny-llama-c: the hub at http://127.0.0.1:9 could not be reached to resolve revision"),
     (["-e", "slot=b", "-e", "pivot_gate_min_repeats=0"], "pivot_gate_min_repeats must be a whole number >= 1"),
+    # Issue #29: the gateway's default port (8080; this inventory sets no gateway_port) is reserved like a set one.
+    (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", "pivot_port=8080", "-e", "pivot_gateway=true"],
+     "pivot_port=8080 is already used by the gateway on this host"),
 ])
 def test_bad_slot_requests_fail_before_any_change(pivot, extra, message):
     a_pid, b_pid, state = _main_pid("tiny-llama-a"), _b_main_pid(), _slots()

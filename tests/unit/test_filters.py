@@ -449,6 +449,19 @@ def test_gpu_memory_free_on_an_8_gpu_box():
         fit_filter.gpu_memory_free(entry, None)
 
 
+def test_gpu_memory_free_checks_every_gpu_of_a_data_parallel_server():
+    """TP 4 x DP 2 takes GPUs 0-7: a process on GPU 6 stops it (the check counted TP x PP only, GPUs 0-3)."""
+    entry = catalog_filter.catalog_entry('minimax-m25', {'minimax-m25': {'serving': {'data_parallel_size': 2}}})
+    assert catalog_filter.gpus_needed(entry) == 8
+    gpus = [{'index': i, 'memory_total_mib': 97887, 'memory_used_mib': 40000 if i == 6 else 0} for i in range(8)]
+    check = fit_filter.gpu_memory_free(entry, {'gpus': gpus})
+    assert [c['index'] for c in check['checked']] == list(range(8))
+    assert not check['ok'] and check['errors'][0].startswith('GPU 6 has 57887 MiB free'), check
+    assert fit_filter.fit_check(entry, {'gpu_count': 8, 'gpu_memory_mib': 97887})['gpus_needed'] == 8
+    with pytest.raises(AnsibleFilterError, match='expects a catalog entry'):
+        catalog_filter.gpus_needed('minimax-m25')
+
+
 def test_disk_plan_bad_input():
     assert fit_filter.disk_plan(-1, 10)['errors'] == ['needed_bytes must be a non-negative integer number of bytes, got -1']
     assert 'candidates[0] must be {path: str, size_bytes: int >= 0}' in fit_filter.disk_plan(1, 10, candidates=['/x'])['errors'][0]

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from ansible_collections.llmfleet.vllm.plugins.module_utils import host_slots, results_paths
+from ansible_collections.llmfleet.vllm.plugins.module_utils import catalog, host_slots, results_paths
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCANNED = ("roles", "playbooks", "plugins", "tools", "bench")
@@ -19,6 +19,12 @@ RULES = {
     "a host's pivot record <results>/<host>/pivots/<model>-latest.json": (
         "plugins/module_utils/results_paths.py",
         [r"(\}\}|\}|%s|['\"]\s*[+~])\s*-latest\.json", r"\}\}/pivots\b", r"['\"]pivots['\"]\s*[,)]"]),
+    "the GPUs a model needs, tensor x pipeline x data parallel size": (
+        "plugins/module_utils/catalog.py",
+        [r"parallel_size[^\n]*\*[^\n]*parallel_size", r"\btp \* pp \* dp\b"]),
+    "the gateway's port, gateway_port or the gateway role's default (entry point `port`)": (
+        "roles/gateway/defaults/main.yml",
+        [r"gateway_port\s*\|\s*default\(", r"gateway_port\s+is\s+(not\s+)?defined"]),
     "the unit that serves a model vllm-<model>.service": (
         "plugins/module_utils/host_slots.py",
         [r"vllm-(\{\{[^}]*\}\}|%s|\{[a-z_]+\})(-[a-z]+)?\.(service|env)\b", r"['\"]vllm-['\"]\s*[~+%]",
@@ -60,6 +66,15 @@ def test_the_rule_is_built_only_by_its_owner(rule):
      'path: "{{ pivot_controller_results_dir }}/{{ inventory_hostname }}/pivots"'),
     ("a host's pivot record <results>/<host>/pivots/<model>-latest.json",
      'with open(os.path.join(results, host, "pivots", f"{model}-latest.json"), encoding="utf-8") as fh:'),
+    ("the GPUs a model needs, tensor x pipeline x data parallel size",
+     "  {{ pivot__entry.serving.tensor_parallel_size * pivot__entry.serving.pipeline_parallel_size | default(1, true)"),
+    ("the GPUs a model needs, tensor x pipeline x data parallel size",
+     "    count = (serving.get('tensor_parallel_size') or 1) * (serving.get('pipeline_parallel_size') or 1)"),
+    ("the GPUs a model needs, tensor x pipeline x data parallel size", "    result = {'gpus_needed': tp * pp * dp,"),
+    ("the gateway's port, gateway_port or the gateway role's default (entry point `port`)",
+     '    reserved_ports: "{{ [gateway_port | int] if pivot__gateway and gateway_port is defined else [] }}"'),
+    ("the gateway's port, gateway_port or the gateway role's default (entry point `port`)",
+     '          port: "{{ (gateway_port | default(8080)) if rollout__slots.gateway else rollout__dir_plan.port }}"'),
     ("the unit that serves a model vllm-<model>.service", "service_deploy__unit: vllm-{{ service_deploy__name }}.service"),
     ("the unit that serves a model vllm-<model>.service", 'env: "{{ service_deploy_env_dir }}/vllm-{{ service_deploy__name }}.env"'),
     ("the unit that serves a model vllm-<model>.service", "    ray__serve_unit: vllm-{{ ray_model }}-ray.service"),
@@ -74,6 +89,8 @@ def test_the_check_catches_a_rule_spelt_by_hand(rule, spelling):
 def test_the_owners_spell_the_rules():
     assert results_paths.pivot_record_path("results", "gpu1", "minimax-m25") == "results/gpu1/pivots/minimax-m25-latest.json"
     assert results_paths.pivot_records_dir("results", "gpu1") == "results/gpu1/pivots"
+    assert catalog.gpus_needed({"serving": {"tensor_parallel_size": 4, "pipeline_parallel_size": 2, "data_parallel_size": 2}}) == 16
+    assert catalog.gpus_needed({"serving": {"tensor_parallel_size": 4, "pipeline_parallel_size": None}}, 2) == 2
     assert host_slots.unit_name("minimax-m25") == "vllm-minimax-m25.service"
     assert host_slots.unit_name("minimax-m25", "ray") == "vllm-minimax-m25-ray.service"
     for bad in ("", None, "org/model"):
