@@ -98,3 +98,14 @@ def test_the_owners_spell_the_rules():
             results_paths.pivot_record_path("results", "gpu1", bad)
         with pytest.raises(host_slots.SlotError):
             host_slots.unit_name(bad)
+
+
+def test_roles_read_no_private_variable_of_a_playbook():
+    """A role's inputs are its declared variables: roles/pivot read rollout.yml's private rollout__before (issue #29);
+    the rollout now passes pivot_storage_served."""
+    found = []
+    for relative, path in _files():
+        if relative.startswith("roles/"):
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                found += ["%s:%d" % (relative, n) for n in _built_by_hand([r"\brollout__\w+"], handle.read())]
+    assert found == [], found
