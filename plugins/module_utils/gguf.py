@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 import struct
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.shard_errors import ShardError
+
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
@@ -36,13 +38,8 @@ _STRING, _ARRAY = 8, 9
 _WANTED_KEYS = ("general.alignment", "split.no", "split.count")
 
 
-class GGUFError(Exception):
+class GGUFError(ShardError):
     """The file is not a readable GGUF; ``status`` is a shard_verify status."""
-
-    def __init__(self, status, reason):
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 def parse_split_name(path):

@@ -13,6 +13,8 @@ import json
 import os
 import struct
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.shard_errors import ShardError
+
 HEADER_LENGTH_BYTES = 8
 # The safetensors library refuses headers above 100 MB; so do we.
 MAX_HEADER_BYTES = 100_000_000
@@ -29,13 +31,8 @@ DTYPE_BITS = {
 }
 
 
-class SafetensorsHeaderError(Exception):
+class SafetensorsHeaderError(ShardError):
     """The header is unreadable or inconsistent; ``status`` is a shard_verify status."""
-
-    def __init__(self, status, reason):
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 def read_header(path):

@@ -42,11 +42,9 @@ options:
     default: []
 attributes:
   check_mode:
-    support: full
     description: In check mode nothing is sampled or written.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes
 """
 
 EXAMPLES = r"""

@@ -70,11 +70,9 @@ options:
     default: {}
 attributes:
   check_mode:
-    support: full
     description: In check mode the record is assembled and returned but not written.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes
 """
 
 EXAMPLES = r"""

@@ -65,11 +65,9 @@ options:
     type: str
 attributes:
   check_mode:
-    support: full
     description: In check mode the comparison is computed and returned but no file is written.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes
 requirements:
   - matplotlib (for the PNG of O(plot=true); without it only the Markdown report is written), on the host running the module
 """

@@ -46,15 +46,13 @@ options:
     type: str
     default: llmfleet_gpu
 attributes:
-  check_mode:
-    support: full
-    description: Read-only; runs the same in check mode.
   diff_mode:
-    support: none
     description: Changes nothing, so there is nothing to diff.
   facts:
     support: full
     description: Returns RV(ansible_facts.llmfleet_gpu).
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes
 seealso:
   - module: llmfleet.vllm.nccl_shm_cleanup
 """

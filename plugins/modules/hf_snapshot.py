@@ -124,10 +124,10 @@ options:
 attributes:
   check_mode:
     description: Reads hub metadata and reports what would be downloaded (RV(to_download), RV(bytes_to_download)) without downloading.
-    support: full
   diff_mode:
     description: No diff.
-    support: none
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes
 notes:
   - C(huggingface_hub) 2.4 resumes a transfer whose connection drops within the same run with an HTTP Range request
     from the last 10 MiB chunk it wrote; across runs it keeps completed files and fetches the interrupted file again

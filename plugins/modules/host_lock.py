@@ -41,11 +41,11 @@ options:
     type: str
 attributes:
   check_mode:
-    support: full
     description: Reports whether the lock would be taken; writes nothing.
   diff_mode:
-    support: none
     description: The lock file is bookkeeping of a run; no diff is shown.
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes
 seealso:
   - module: llmfleet.vllm.host_slots
 """

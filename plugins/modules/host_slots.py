@@ -135,11 +135,11 @@ options:
     type: dict
 attributes:
   check_mode:
-    support: full
     description: V(read) and V(plan) run the same; V(set), V(absent), V(intend) and V(clear_intent) report what they would write.
   diff_mode:
-    support: full
     description: V(set) and V(absent) return the state file before and after.
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes.diff
 seealso:
   - module: llmfleet.vllm.gpu_facts
 """

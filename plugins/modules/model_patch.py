@@ -37,11 +37,11 @@ options:
     required: true
 attributes:
   check_mode:
-    support: full
     description: Reports which files would change, writes nothing.
   diff_mode:
-    support: full
     description: Shows the deleted keys of each file that changes.
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes.diff
 """
 
 EXAMPLES = r"""

@@ -64,11 +64,11 @@ options:
     default: true
 attributes:
   check_mode:
-    support: full
     description: Lists what would be removed, removes nothing.
   diff_mode:
-    support: full
     description: Shows the directory listing before and after.
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes.diff
 notes:
   - Run as root to inspect every process; as another user, segments of users whose
     processes cannot be inspected are kept.

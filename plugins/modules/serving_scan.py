@@ -32,11 +32,11 @@ options:
     default: []
 attributes:
   check_mode:
-    support: full
     description: Read-only.
   diff_mode:
-    support: none
     description: Changes nothing.
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes
 """
 
 EXAMPLES = r"""

@@ -72,10 +72,10 @@ options:
 attributes:
   check_mode:
     description: Runs the same read-only checks in check mode.
-    support: full
   diff_mode:
     description: Nothing is changed, so there is no diff.
-    support: none
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes
 notes:
   - Module code is stdlib-only; safetensors and GGUF headers are parsed without their libraries.
 """

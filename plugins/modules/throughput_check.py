@@ -209,11 +209,11 @@ options:
         type: str
 attributes:
   check_mode:
-    support: full
     description: In check mode no load is sent; the module returns RV(skipped_load=true).
   diff_mode:
-    support: none
     description: Nothing is changed, so there is no diff.
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes
 notes:
   - TPOT is C((latency - TTFT) / (output_tokens - 1)) per request, as C(vllm bench serve) computes it;
     ITL is the gap between consecutive text chunks.

@@ -37,12 +37,10 @@ options:
     type: path
     default: /var/cache/llmfleet/vllm-args-accepted.json
 attributes:
-  check_mode:
-    support: full
-    description: Read-only; runs the same in check mode.
   diff_mode:
-    support: none
     description: Changes nothing.
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes
 requirements:
   - vLLM (the CUDA or the CPU build) importable by the Python running the module
 """
