@@ -17,7 +17,7 @@ ANSIBLE_PLAYBOOK = os.path.join(REPO, ".venv", "bin", "ansible-playbook")
 MODELS = ("tiny-llama-a", "tiny-llama-b")
 # The working tree as ansible_collections.llmfleet.vllm (`make venv`'s link): the benches read what its owners say.
 sys.path.insert(0, os.path.join(REPO, ".ansible", "collections"))
-# pylint: disable-next=wrong-import-position
+# pylint: disable-next=wrong-import-position,unused-import  # re-exported: the benches read records through tb
 from ansible_collections.llmfleet.vllm.plugins.module_utils.results_paths import read_pivot_record  # noqa: E402,F401
 
 
