@@ -63,7 +63,7 @@ def trial(inventory, work, mode, target, boundary, name, reboot):
     # is not a 503 with Retry-After breaks the promise; HAProxy's log lines of its time (httplog: timers and how the
     # session ended) are kept with it.
     reboot_at = seen["at"].get("reboot")
-    unexpected = [r for r in not_503 if not (reboot_at and reboot_at <= r["start"] <= reboot_at + REBOOT_WINDOW_S)]
+    unexpected = [r for r in not_503 if not (reboot_at and r["end"] >= reboot_at and r["start"] <= reboot_at + REBOOT_WINDOW_S)]
     seen["unexpected"] = [{"at_s": round(r["start"] - started, 1), "status": r["status"], "error": r["error"],
                            "haproxy": harness.ssh(HOST, "journalctl -t haproxy -o short-unix --no-pager -q"
                                                         f" --since=@{int(r['start']) - 2} --until=@{int(r['end']) + 2}"
