@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -249,16 +250,18 @@ def test_rounds_until_the_interval_is_narrow_enough(stream_server, tmp_path):
                                        "max_tokens": 16, "warmup_requests": 0, "min_repeats": 3, "max_repeats": 30,
                                        "target_ci_rel": 0.5})
     assert rc == 0, out
+    # Three rounds on a quiet box; a loaded one (CI's two cores run two suites) may need a few more to converge.
     for lv in r["levels"]:
         ci, samples = lv["output_tok_s_ci"], lv["samples"]
-        assert ci["stop"] == "converged" and ci["n"] == len(samples) == 3, ci
+        rounds = len(samples)
+        assert ci["stop"] == "converged" and ci["n"] == rounds and 3 <= rounds < 30, ci
         assert ci["low"] < ci["mean"] < ci["high"] and ci["rel_half_width"] <= 0.5
-        assert [s["round"] for s in samples] == [1, 2, 3] and all(s["completed"] == 8 for s in samples)
-        assert lv["requests"] == 24 and lv["output_tokens"] == 24 * 16  # the level pools its rounds
-        assert lv["server_generation_tokens"] == 24 * 16
+        assert [s["round"] for s in samples] == list(range(1, rounds + 1)) and all(s["completed"] == 8 for s in samples)
+        assert lv["requests"] == 8 * rounds and lv["output_tokens"] == 8 * rounds * 16  # the level pools its rounds
+        assert lv["server_generation_tokens"] == 8 * rounds * 16
         assert lv["goodput"] is None
-    assert srv.metric("fixture_posts_total") == 2 * 24
-    assert "± " in r["msg"] and "(3 rounds)" in r["msg"]
+    assert srv.metric("fixture_posts_total") == sum(lv["requests"] for lv in r["levels"])
+    assert "± " in r["msg"] and re.search(r"\((\d+) rounds\)", r["msg"])
 
 
 def test_rounds_stop_at_max_repeats_or_the_time_budget(stream_server, tmp_path):
