@@ -41,21 +41,25 @@ def metric(port, name):
 
 def run_ours_inprocess(port, concurrency, num_prompts, input_len, output_len, use_uvloop=0):
     """Child-process entry: one level with the module's client; prints a JSON line."""
-    from ansible_collections.llmfleet.vllm.plugins.module_utils import loadgen as lg
-    target = lg.Target("http://127.0.0.1:%d" % port)
-    rng = lg.make_rng(0)
-    bodies = [lg.build_body("fixture-model", "completions", lg.random_prompt(rng, input_len), output_len, True)
+    from ansible_collections.llmfleet.vllm.plugins.module_utils.bench_stats import level_stats
+    from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import loop_name, new_event_loop, run_level
+    from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_conn import Target
+    from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_workload import (LoadSpec, build_body, make_rng,
+                                                                                         random_prompt)
+    target = Target("http://127.0.0.1:%d" % port)
+    rng = make_rng(0)
+    bodies = [build_body("fixture-model", "completions", random_prompt(rng, input_len), output_len, True)
               for _i in range(num_prompts)]
-    loop = lg.new_event_loop(prefer_uvloop=bool(use_uvloop))
-    spec = lg.LoadSpec(concurrency, requests=num_prompts, timeout_s=600)
+    loop = new_event_loop(prefer_uvloop=bool(use_uvloop))
+    spec = LoadSpec(concurrency, requests=num_prompts, timeout_s=600)
     c0 = os.times()
-    recs, t0, t1 = loop.run_until_complete(lg.run_level(target, spec, bodies.__getitem__, loop))
+    recs, t0, t1 = loop.run_until_complete(run_level(target, spec, bodies.__getitem__, loop))
     c1 = os.times()
-    st = lg.level_stats(recs, t0, t1)
+    st = level_stats(recs, t0, t1)
     print(json.dumps({"output_tok_s": st["output_tok_s"], "output_tokens": st["output_tokens"],
                       "output_chunks": st["output_chunks"], "completed": st["completed"], "failed": st["failed"],
                       "duration_s": st["duration_s"], "cpu_s": (c1.user - c0.user) + (c1.system - c0.system),
-                      "loop": lg.loop_name(loop), "ttft_p50_s": st["ttft_s"]["p50"], "itl_p99_s": st["itl_s"]["p99"]}))
+                      "loop": loop_name(loop), "ttft_p50_s": st["ttft_s"]["p50"], "itl_p99_s": st["itl_s"]["p99"]}))
 
 
 def ours(port, c, n, input_len, output_len, pin, use_uvloop=False):

@@ -1,15 +1,19 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Confidence intervals of repeated measurements and the verdicts drawn from them (standard library only).
+"""Statistics of benchmark measurements (standard library only): the collection's one home for them.
 
-A level of a benchmark is measured in rounds; each round gives one throughput sample. The 95 % confidence
-interval of their mean uses Student's t. It is given from MIN_ROUNDS rounds on: with two, t is 12.7 and the interval
-says next to nothing. Two runs whose intervals overlap show no significant difference (a conservative test: it
-calls fewer differences than a t-test would).
+A load level's requests: latency distributions (mean, p50/p90/p99 by linear interpolation between closest ranks,
+numpy's default), rates, error counts (``level_stats``) and goodput under SLOs.
+
+Repeated measurements: a level of a benchmark is measured in rounds; each round gives one throughput sample. The 95 %
+confidence interval of their mean uses Student's t. It is given from MIN_ROUNDS rounds on: with two, t is 12.7 and
+the interval says next to nothing. Two runs whose intervals overlap show no significant difference (a conservative
+test: it calls fewer differences than a t-test would).
 """
 from __future__ import annotations
 
 import math
+from array import array
 
 CONFIDENCE = 0.95
 MIN_ROUNDS = 3
@@ -129,3 +133,101 @@ def ratio_gate(new_levels, previous_levels, min_ratio):
                            else "fewer than %d rounds: the ratio of the means" % MIN_ROUNDS)})
     below_min = [lv for lv in levels if (lv["ratio_upper"] if lv["ratio_upper"] is not None else lv["ratio"]) < min_ratio]
     return {"min_ratio": min_ratio, "levels": levels, "below": below_min, "not_comparable": not_comparable}
+
+
+# ---------------------------------------------------------------------------
+# a load level's requests (the RequestRecords of loadgen_record)
+# ---------------------------------------------------------------------------
+
+
+def summarize(values):
+    """mean/p50/p90/p99/min/max of a sequence of floats (None entries when empty)."""
+    n = len(values)
+    if n == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None, "min": None, "max": None, "count": 0}
+    data = sorted(values)
+    out = {"mean": float(sum(data) / n), "min": float(data[0]), "max": float(data[-1]), "count": n}
+    for name, q in (("p50", 50), ("p90", 90), ("p99", 99)):
+        out[name] = _sorted_percentile(data, q)
+    return out
+
+
+def _sorted_percentile(data, q):
+    """Percentile q (0-100) of sorted, non-empty data: linear interpolation between closest ranks."""
+    n = len(data)
+    if n == 1:
+        return float(data[0])
+    pos = (n - 1) * (q / 100.0)
+    lo = int(pos)
+    hi = min(lo + 1, n - 1)
+    return float(data[lo] + (data[hi] - data[lo]) * (pos - lo))
+
+
+def rate(count, seconds):
+    """count / seconds, 0.0 when the interval is empty."""
+    if not seconds or seconds <= 0:
+        return 0.0
+    return float(count) / float(seconds)
+
+
+def level_stats(records, started, finished):
+    """Aggregate one level's RequestRecords into the module's result dict."""
+    ok = [r for r in records if r.ok]
+    failed = [r for r in records if not r.ok]
+    duration = finished - started
+    errors = {}
+    samples = []
+    for r in failed:
+        key = "http_%d" % r.status if r.error == "http" else r.error
+        errors[key] = errors.get(key, 0) + 1
+        if len(samples) < 5:
+            samples.append("%s: %s" % (key, r.error_detail))
+    out_usage = sum(r.usage_tokens for r in ok if r.usage_tokens >= 0)
+    with_usage = sum(1 for r in ok if r.usage_tokens >= 0)
+    out_chunks = sum(r.chunks for r in ok)
+    out_tokens = sum(r.output_tokens for r in ok)
+    partial = sum(r.output_tokens for r in failed)
+    ttfts = [r.ttft for r in ok if r.chunks]
+    tpots = [r.tpot for r in ok if r.tpot is not None]
+    itls = array("d")
+    for r in ok:
+        ct = r.chunk_times
+        if ct is not None and len(ct) > 1:
+            prev = ct[0]
+            for t in ct[1:]:
+                itls.append(t - prev)
+                prev = t
+    lat = [r.latency for r in ok]
+    n = len(records)
+    return {
+        "requests": n,
+        "completed": len(ok),
+        "failed": len(failed),
+        "error_rate": (float(len(failed)) / n) if n else 0.0,
+        "errors": errors,
+        "error_samples": samples,
+        "duration_s": duration,
+        "output_tokens": out_tokens,
+        "output_tokens_usage": out_usage,
+        "requests_with_usage": with_usage,
+        "output_chunks": out_chunks,
+        "partial_output_tokens": partial,
+        "prompt_tokens": sum(r.prompt_tokens for r in ok if r.prompt_tokens >= 0),
+        "output_tok_s": rate(out_tokens, duration),
+        "request_s": rate(len(ok), duration),
+        "ttft_s": summarize(ttfts),
+        "tpot_s": summarize(tpots),
+        "itl_s": summarize(itls),
+        "latency_s": summarize(lat),
+    }
+
+
+def goodput(records, duration_s, slo_ttft_s=None, slo_tpot_s=None):
+    """Completed requests within both SLOs (as ``vllm bench serve --goodput``) and their rates; None without SLOs."""
+    if slo_ttft_s is None and slo_tpot_s is None:
+        return None
+    good = [r for r in records if r.ok
+            and (slo_ttft_s is None or (r.chunks and r.ttft <= slo_ttft_s))
+            and (slo_tpot_s is None or r.tpot is None or r.tpot <= slo_tpot_s)]
+    return {"slo_ttft_s": slo_ttft_s, "slo_tpot_s": slo_tpot_s, "requests_met": len(good),
+            "request_s": rate(len(good), duration_s), "output_tok_s": rate(sum(r.output_tokens for r in good), duration_s)}

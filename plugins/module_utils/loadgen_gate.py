@@ -1,9 +1,11 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Option checks, threshold evaluation and the blocking HTTP helpers of throughput_check."""
+"""Option checks, threshold evaluation and the blocking HTTP helpers of throughput_check (its models, the server's
+Prometheus token counter), used between levels: no load in flight."""
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import time
 from urllib.error import HTTPError, URLError
@@ -11,9 +13,25 @@ from urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_stats
-from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import parse_prometheus_counter
 
 GEN_COUNTER = "vllm:generation_tokens_total"
+_METRIC_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEInfNa]+)")
+
+
+def parse_prometheus_counter(text, name):
+    """Sum of all samples of metric ``name`` in a Prometheus text exposition (None if absent)."""
+    total = None
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        m = _METRIC_LINE.match(line)
+        if m and m.group(1) == name:
+            try:
+                v = float(m.group(3))
+            except ValueError:
+                continue
+            total = v if total is None else total + v
+    return total
 
 
 def validate_params(p):

@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A load level measured in rounds until its throughput is known well enough, and goodput under SLOs."""
+"""A load level measured in rounds until its throughput is known well enough (sides alternating A B B A)."""
 from __future__ import annotations
 
 from time import perf_counter
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_stats
-from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import level_stats, rate, run_level
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import run_level
 
 
 class Repeats:
@@ -33,7 +33,7 @@ class Repeats:
 
 
 def round_sample(index, records, t0, t1, level_t0):
-    stats = level_stats(records, t0, t1)
+    stats = bench_stats.level_stats(records, t0, t1)
     return {"round": index, "start_s": round(t0 - level_t0, 3), "requests": stats["requests"],
             "completed": stats["completed"], "failed": stats["failed"], "duration_s": round(stats["duration_s"], 4),
             "output_tok_s": round(stats["output_tok_s"], 3), "request_s": round(stats["request_s"], 4),
@@ -75,14 +75,3 @@ def measure_interleaved(loop, sides, spec, repeats):
             for ci, reason in zip(cis, reasons):
                 ci["stop"] = reason
             return [(side["records"], side["busy_s"], side["samples"], ci) for side, ci in zip(state, cis)]
-
-
-def goodput(records, duration_s, slo_ttft_s=None, slo_tpot_s=None):
-    """Completed requests within both SLOs (as ``vllm bench serve --goodput``) and their rates; None without SLOs."""
-    if slo_ttft_s is None and slo_tpot_s is None:
-        return None
-    good = [r for r in records if r.ok
-            and (slo_ttft_s is None or (r.chunks and r.ttft <= slo_ttft_s))
-            and (slo_tpot_s is None or r.tpot is None or r.tpot <= slo_tpot_s)]
-    return {"slo_ttft_s": slo_ttft_s, "slo_tpot_s": slo_tpot_s, "requests_met": len(good),
-            "request_s": rate(len(good), duration_s), "output_tok_s": rate(sum(r.output_tokens for r in good), duration_s)}

@@ -440,18 +440,16 @@ from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write
-from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import (
+from ansible_collections.llmfleet.vllm.plugins.module_utils.bench_stats import goodput, level_stats
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import loop_name, new_event_loop, run_level
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_conn import Target
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_rounds import Repeats, measure_interleaved
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_workload import (
     LoadSpec,
-    Target,
     build_body,
-    level_stats,
-    loop_name,
     make_rng,
-    new_event_loop,
     random_prompt,
-    run_level,
 )
-from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_rounds import Repeats, goodput, measure_interleaved
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_gate import (
     check_level,
     fetch_generation_tokens,

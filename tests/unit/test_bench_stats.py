@@ -1,12 +1,15 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Confidence intervals, verdicts and the stopping rule of repeated rounds."""
+"""Latency statistics of a load level, goodput, confidence intervals, verdicts and the stopping rule of rounds."""
 from __future__ import annotations
 
 import math
+import random
 
+import numpy as np
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_stats
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_record import RequestRecord
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_rounds import Repeats, round_order
 
 
@@ -104,3 +107,70 @@ def test_ratio_interval_matches_welch_on_logs():
 def test_interleaved_rounds_run_a_b_then_b_a():
     assert [round_order(turn, 2) for turn in range(4)] == [[0, 1], [1, 0], [0, 1], [1, 0]]
     assert [round_order(turn, 1) for turn in range(2)] == [[0], [0]]
+
+
+# ------------------------------------------------------------------ a load level's requests
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 101, 1000])
+def test_summarize_percentiles_match_numpy_linear(n):
+    rng = random.Random(n)
+    data = [rng.expovariate(3.0) for _i in range(n)]
+    s = bench_stats.summarize(data)
+    for name, q in (("p50", 50), ("p90", 90), ("p99", 99)):
+        assert s[name] == pytest.approx(float(np.percentile(data, q)), rel=1e-12, abs=1e-15), name
+    assert s["count"] == n and s["min"] == min(data) and s["max"] == max(data)
+    assert s["mean"] == pytest.approx(float(np.mean(data)))
+
+
+def test_summarize():
+    s = bench_stats.summarize([0.3, 0.1, 0.2, 0.4])
+    assert s["count"] == 4 and s["min"] == 0.1 and s["max"] == 0.4
+    assert s["mean"] == pytest.approx(0.25)
+    assert s["p50"] == pytest.approx(0.25)
+    assert s["p99"] == pytest.approx(np.percentile([0.1, 0.2, 0.3, 0.4], 99))
+    assert bench_stats.summarize([7])["p99"] == 7.0
+    assert bench_stats.summarize([4, 1, 3, 2])["p50"] == 2.5          # unsorted input
+    empty = bench_stats.summarize([])
+    assert empty["count"] == 0 and empty["p99"] is None and empty["mean"] is None
+
+
+def test_rate():
+    assert bench_stats.rate(1000, 2.0) == 500.0
+    assert bench_stats.rate(10, 0) == 0.0
+    assert bench_stats.rate(10, -1) == 0.0
+
+
+def _rec(start, first, end, chunks, usage=-1, error=None, status=200):
+    r = RequestRecord(start)
+    r.first_token, r.end, r.chunks, r.usage_tokens, r.error, r.status = first, end, chunks, usage, error, status
+    step = (end - first) / max(chunks - 1, 1)
+    for i in range(chunks):
+        r.chunk_times.append(first + i * step)
+    return r
+
+
+def test_level_stats_tok_s_and_errors():
+    recs = [_rec(0.0, 0.1, 1.0, 10, usage=10), _rec(0.0, 0.2, 2.0, 10),
+            _rec(0.5, 0.0, 0.6, 0, error="http", status=500),
+            _rec(0.5, 0.7, 0.9, 3, error="stream_cut"), _rec(0, 0, 1, 0, error="timeout")]
+    s = bench_stats.level_stats(recs, 0.0, 4.0)
+    assert s["requests"] == 5 and s["completed"] == 2 and s["failed"] == 3
+    assert s["errors"] == {"http_500": 1, "stream_cut": 1, "timeout": 1}
+    assert s["error_rate"] == pytest.approx(0.6)
+    assert s["output_tokens"] == 20 and s["output_tokens_usage"] == 10 and s["requests_with_usage"] == 1
+    assert s["partial_output_tokens"] == 3
+    assert s["output_tok_s"] == pytest.approx(5.0)      # 20 tokens / 4 s
+    assert s["request_s"] == pytest.approx(0.5)
+    assert s["ttft_s"]["count"] == 2 and s["ttft_s"]["mean"] == pytest.approx(0.15)
+    assert s["itl_s"]["count"] == 18
+    assert s["itl_s"]["mean"] == pytest.approx(((0.9 / 9) * 9 + (1.8 / 9) * 9) / 18)
+    assert s["tpot_s"]["p50"] == pytest.approx((0.1 + 0.2) / 2)
+
+
+def test_goodput_counts_the_requests_within_both_slos():
+    recs = [_rec(0.0, 0.1, 1.0, 10), _rec(0.0, 0.5, 1.4, 10), _rec(0.0, 0.1, 3.0, 10),
+            _rec(0.0, 0.1, 0.2, 1), _rec(0.0, 0.1, 0.5, 5, error="stream_cut")]
+    assert bench_stats.goodput(recs, 2.0) is None                      # no SLO
+    g = bench_stats.goodput(recs, 2.0, slo_ttft_s=0.2, slo_tpot_s=0.2)  # tpot: 0.1, 0.1, 0.32, none; ttft 0.5 misses
+    assert g["requests_met"] == 2 and g["request_s"] == 1.0 and g["output_tok_s"] == pytest.approx(5.5)
+    assert bench_stats.goodput(recs, 2.0, slo_ttft_s=0.2)["requests_met"] == 3

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_report as br
-from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import parse_prometheus_counter
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_gate import parse_prometheus_counter
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIX = os.path.join(REPO, "tests", "fixtures", "nvidia")

@@ -105,6 +105,17 @@ def test_min_output_tok_s_fails_a_level_in_rounds_only_when_its_whole_interval_i
     assert gate.check_level(one_round, th)[0].startswith("concurrency 8: output 990.0 tok/s is below")
 
 
+def test_parse_prometheus_counter():
+    text = ("# HELP vllm:generation_tokens_total x\n# TYPE vllm:generation_tokens_total counter\n"
+            'vllm:generation_tokens_total{engine="0",model_name="a"} 120.0\n'
+            'vllm:generation_tokens_total{engine="1",model_name="a"} 5\n'
+            'vllm:generation_tokens_total_created{model_name="a"} 1.7e9\n'
+            "vllm:prompt_tokens_total 9\n")
+    assert gate.parse_prometheus_counter(text, "vllm:generation_tokens_total") == 125.0
+    assert gate.parse_prometheus_counter(text, "vllm:prompt_tokens_total") == 9.0
+    assert gate.parse_prometheus_counter(text, "nope") is None
+
+
 def test_thresholds_for_level_override():
     p = params(concurrency=[1, 64], min_output_tok_s=500.0, max_ttft_p99_s=2.0,
                level_thresholds=[{"concurrency": 1, "min_output_tok_s": 40.0, "max_error_rate": None,

@@ -1,0 +1,60 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a load level sends: its shape (LoadSpec), seeded random prompts and the streaming request bodies."""
+from __future__ import annotations
+
+import json
+import random
+
+
+class LoadSpec(object):
+    """One load level."""
+
+    def __init__(self, concurrency, requests=None, duration_s=None, timeout_s=60.0,
+                 keep_chunk_times=True, connect_timeout_s=None):
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if requests is None and duration_s is None:
+            raise ValueError("one of requests or duration_s is needed")
+        self.concurrency = int(concurrency)
+        self.requests = requests
+        self.duration_s = duration_s
+        self.timeout_s = float(timeout_s)
+        self.keep_chunk_times = keep_chunk_times
+        self.connect_timeout_s = connect_timeout_s or min(self.timeout_s, 30.0)
+
+
+def make_rng(seed):
+    """The prompts' random source: the same seed, the same prompts."""
+    return random.Random(seed)
+
+
+_WORDS = (
+    "the of and to in is was for on that with as by at from his her an were which are this be had not "
+    "but they their one all has have there been more can when who will no would other into time some "
+    "what them first new only then than its also two after could people over made most may many such "
+    "where these years well very out just because any those state under both same between through "
+    "while during before small large right left water light river stone garden window market engine "
+    "signal number memory yellow silver orange purple winter summer autumn spring morning evening"
+).split()
+
+
+def random_prompt(rng, approx_tokens):
+    """Random common words, about one token each for usual BPE vocabularies."""
+    n = max(1, int(approx_tokens))
+    return " ".join(rng.choice(_WORDS) for _i in range(n))
+
+
+def build_body(model, endpoint, prompt, max_tokens, ignore_eos=True, extra=None):
+    """Compact JSON (bytes) of one streaming request with usage reported; ``endpoint`` is completions or chat."""
+    body = {"model": model, "max_tokens": int(max_tokens), "stream": True,
+            "stream_options": {"include_usage": True}}
+    if endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if ignore_eos:
+        body["ignore_eos"] = True
+    if extra:
+        body.update(extra)
+    return json.dumps(body, separators=(",", ":")).encode("utf-8")
