@@ -188,9 +188,12 @@ def _free_mib(gpu):
 def assign_gpus(slot, needed, gpu_facts, slots, requested=None, memory_fraction=None, variable='gpu_ids',
                 beside=False):
     """GPU indexes for ``slot``: ``needed`` of them, none held by another slot, each with the memory vLLM claims
-    free (GPUs the slot holds now count as free: its model stops before the new one starts; not with ``beside``,
-    where the new model starts next to it), the cheapest links between them (same PCIe switch / NUMA node, or
-    NVLink). ``requested`` (explicit ids) wins but is checked."""
+    free (GPUs the slot holds now count as free: its model stops before the new one starts), the cheapest links
+    between them (same PCIe switch / NUMA node, or NVLink). ``requested`` (explicit ids) wins but is checked.
+
+    ``beside``: the new model starts next to the slot's running one (blue/green). GPUs no slot holds are preferred;
+    when too few are free, the new engine shares the slot's own GPUs where their free memory now (the old engine
+    running) holds its share (gpu_memory_utilization x total), as vLLM checks when it starts. See ``shared_gpus``."""
     if needed == 0:
         if requested:
             raise SlotError('%s=%s: the model runs on the CPU engine and uses no GPU' % (variable, json.dumps(requested)))
@@ -201,20 +204,20 @@ def assign_gpus(slot, needed, gpu_facts, slots, requested=None, memory_fraction=
     own = set((slots.get(slot) or {}).get('gpu_ids') or [])
     held = {}
     for name, record in sorted(slots.items()):
-        if name != slot or beside:
+        if name != slot:
             for index in record.get('gpu_ids') or []:
                 held[index] = name
-    if beside:
-        own = set()
 
-    def why_not(index):
+    def why_not(index, share_own):
         if index not in gpus:
             return 'GPU %s is not on this host (GPUs: %s)' % (index, ', '.join(str(i) for i in sorted(gpus)) or 'none')
         if index in held:
             return 'GPU %s is held by slot %s' % (index, held[index])
+        if index in own and beside and not share_own:
+            return 'GPU %s is held by slot %s (its running model)' % (index, slot)
         free = _free_mib(gpus[index])
         needed_mib = int((gpus[index].get('memory_total_mib') or 0) * fraction)
-        if index not in own and (free is None or free < needed_mib):
+        if (beside or index not in own) and (free is None or free < needed_mib):
             return 'GPU %s is busy: %s MiB free, the model needs %d MiB (%s x its memory)' % (
                 index, 'unknown' if free is None else free, needed_mib, fraction)
         return None
@@ -226,20 +229,29 @@ def assign_gpus(slot, needed, gpu_facts, slots, requested=None, memory_fraction=
         if len(ids) != needed:
             raise SlotError('%s=%s names %d GPUs; the model needs %d (tensor x pipeline x data parallel)'
                             % (variable, json.dumps(ids), len(ids), needed))
-        problems = [p for p in (why_not(i) for i in ids) if p]
+        problems = [p for p in (why_not(i, True) for i in ids) if p]
         if problems:
             raise SlotError('%s=%s cannot be used by slot %s: %s' % (variable, json.dumps(ids), slot, '; '.join(problems)))
         return sorted(ids)
     if len(gpus) < needed:
         raise SlotError('the model needs %d GPUs (tensor x pipeline x data parallel) and this host has %d: it does not'
                         ' fit this host' % (needed, len(gpus)))
-    candidates = [i for i in gpus if why_not(i) is None]
+    candidates = [i for i in gpus if why_not(i, False) is None]
+    prefer = set() if beside else own
+    if len(candidates) < needed and beside:
+        candidates = [i for i in gpus if why_not(i, True) is None]
+        prefer = {i for i in gpus if i not in own}  # as few shared GPUs as will do
     if len(candidates) < needed:
-        reasons = [why_not(i) for i in sorted(gpus) if why_not(i)]
+        reasons = [why_not(i, True) for i in sorted(gpus) if why_not(i, True)]
         detail = (': ' + '; '.join(reasons)) if reasons else ''
         raise SlotError('slot %s needs %d GPUs but only %d are free on this host%s. Pivot or remove another slot first,'
                         ' or name the GPUs with %s' % (slot, needed, len(candidates), detail, variable))
-    return _best_group(candidates, needed, matrix, own)
+    return _best_group(candidates, needed, matrix, prefer)
+
+
+def shared_gpus(slot, slots, gpu_ids):
+    """The GPUs of ``gpu_ids`` that the slot's running model holds: a blue/green pivot's new engine shares them."""
+    return sorted(set(gpu_ids or []) & set((slots.get(slot) or {}).get('gpu_ids') or []))
 
 
 def assign_port(slot, slots, catalog_port, requested=None, reserved=(), variable='port'):

@@ -123,7 +123,8 @@ options:
     default: false
   blue_green:
     description:
-      - With O(gateway), start a different model beside the old one when GPUs no slot holds are free for it, switch
+      - With O(gateway), start a different model beside the old one when GPUs no slot holds are free for it, or when
+        the slot's own GPUs have its share of memory free with the old model running (RV(shared_gpu_ids)), switch
         the gateway, then stop the old one (V(plan) returns RV(strategy)).
     type: bool
     default: true
@@ -231,6 +232,14 @@ strategy_reason:
   description: Why not blue/green (V(plan)).
   returned: when action is plan
   type: str
+shared_gpu_ids:
+  description:
+    - GPUs a blue/green pivot's new model shares with the slot's running one (V(plan)); each had the new model's share
+      of memory (gpu_memory_utilization x total) free when planned, and the pivot checks again right before the start.
+  returned: when action is plan
+  type: list
+  elements: int
+  sample: [0]
 alias:
   description: Name clients send as C(model) for the slot (V(plan)).
   returned: when action is plan
@@ -334,6 +343,7 @@ def _plan(module, slots, result):
                                  memory_fraction=p['gpu_memory_utilization'], variable=prefix + 'gpu_ids')
     result.update(gpu_ids=gpu_ids, port=port, standby_port=standby, alias=alias, unit=hs.unit_name(p['model']),
                   model_dir=model_dir, serving_same=serving_same, strategy=strategy, strategy_reason=why,
+                  shared_gpu_ids=hs.shared_gpus(p['slot'], slots, gpu_ids) if strategy == 'blue_green' else [],
                   contract=hs.contract(current, result['gateway'], result['gateway_source'], alias, p['alias'],
                                        standby if strategy == 'blue_green' else port, p['port']))
     module.exit_json(**result)

@@ -276,3 +276,25 @@ def test_module_migrates_plans_and_records(tmp_path):
     # Removing a slot.
     assert _run_module({"state_dir": str(state), "action": "absent", "slot": "b"})["changed"]
     assert list(json.loads((state / "slots.json").read_text())["slots"]) == ["default"]
+
+
+def test_blue_green_prefers_gpus_no_slot_holds_then_shares_its_own_when_the_memory_holds_both():
+    # One H200 (143771 MiB) serving the slot's model at 0.40 (58,000 MiB used): a second engine at 0.40 fits beside.
+    h200 = {"gpu_count": 1, "gpus": [{"index": 0, "memory_total_mib": 143771, "memory_used_mib": 58600}]}
+    slots = {"a": _slot([0])}
+    assert hs.assign_gpus("a", 1, h200, slots, memory_fraction=0.40, beside=True) == [0]
+    assert hs.shared_gpus("a", slots, [0]) == [0]
+    # At vLLM's default share (0.9) it does not: refused with the reason, so the pivot falls back to stop-then-start.
+    with pytest.raises(hs.SlotError, match=r"GPU 0 is busy: 85171 MiB free, the model needs 129393 MiB \(0.9"):
+        hs.assign_gpus("a", 1, h200, slots, beside=True)
+    # Another slot's GPU is never shared, however much memory it has free.
+    with pytest.raises(hs.SlotError, match="GPU 0 is held by slot a"):
+        hs.assign_gpus("b", 1, h200, slots, memory_fraction=0.40, beside=True)
+    # A whole free GPU wins over sharing.
+    two = {"gpu_count": 2, "gpus": h200["gpus"] + [{"index": 1, "memory_total_mib": 143771, "memory_used_mib": 600}]}
+    assert hs.assign_gpus("a", 1, two, slots, memory_fraction=0.40, beside=True) == [1]
+    assert hs.shared_gpus("a", slots, [1]) == []
+    # Named GPUs: the slot's own may be named for sharing, and are checked against their free memory.
+    assert hs.assign_gpus("a", 1, h200, slots, requested=[0], memory_fraction=0.40, beside=True) == [0]
+    with pytest.raises(hs.SlotError, match="pivot_gpu_ids=\\[0\\] cannot be used by slot a: GPU 0 is busy"):
+        hs.assign_gpus("a", 1, h200, slots, requested=[0], memory_fraction=0.7, beside=True, variable="pivot_gpu_ids")

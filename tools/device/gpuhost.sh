@@ -19,6 +19,13 @@
 #            requests with the openai client
 #   restart  stop (role) -> NVML memory and processes -> start (role), timed
 #   bench-M  roles/benchmark with NVML power against model M (tools/device/gpuhost_bench.yml)
+#   pivotprep  what playbooks/pivot.yml needs there: the local hub serving A and B (port 8090), huggingface_hub 2.4.0
+#            in its venv, the haproxy user (Debian's postinst is not run for a layered package)
+#   client-start / client-stop  an openai client on the gateway's alias `chat` (tools/traffic/continuous_client.py,
+#            4 workers) and an NVML timeline (tools/device/nvml_timeline.py), as transient units, the whole time between
+#   pivot-first|bluegreen|gatefail|revision  playbooks/pivot.yml (tools/device/gpuhost-pivot/ inventory): A behind the
+#            gateway; B blue/green on the same GPU; A again with a gate it cannot pass (must fail and roll back);
+#            a new commit of B on the hub (stop-then-start)
 #   pack     /root/carry/res to $OUT/gpuhost.tgz
 # The first failing phase ends the list, except that pack still runs when named.
 set -uo pipefail
@@ -30,6 +37,7 @@ M=/root/gpuhost-root
 PIDF=$CARRY/container.pid
 PY=/opt/torch/.venv/bin/python3
 MODELS=(gpuhost-llama1b-a gpuhost-llama1b-b)
+HUB=$CARRY/hub  # the local hub's repos llmfleet-test/<model> (the pivot downloads them into /srv/models)
 mkdir -p "$RES" /srv/models
 export LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 step() { echo; echo "===== $* ($(date -u +%T), $(awk '{print $1}' /proc/uptime) s up)"; }
@@ -64,10 +72,10 @@ carry() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $CARRY/site $CARRY/ctl/*.whl || return 1
     local m
     for m in "${MODELS[@]}"; do
-      mkdir -p /srv/models/$m && tar xzf $CARRY/skel.tgz -C /srv/models/$m || return 1
+      mkdir -p $HUB/llmfleet-test/$m && tar xzf $CARRY/skel.tgz -C $HUB/llmfleet-test/$m || return 1
     done
     # Weights of A and B (different seeds), one after the other, on the GPU, while the next chunks arrive.
-    setsid bash -c "for m in ${MODELS[*]}; do s=\$((s + 1)); PYTHONPATH=/tmp/llmfleet-coll python3 $repo/tools/device/random_llama.py weights /srv/models/\$m \
+    setsid bash -c "for m in ${MODELS[*]}; do s=\$((s + 1)); PYTHONPATH=/tmp/llmfleet-coll python3 $repo/tools/device/random_llama.py weights $HUB/llmfleet-test/\$m \
       --shape llama3.2-1b --seed \$s --repo-id llmfleet-test/\$m || exit 1; done > $RES/model-weights.log 2>&1; echo \$? > $RES/model-weights.rc" \
       < /dev/null > /dev/null 2>&1 &
     echo "weight writer started (pid $!): seeds 1 and 2"
@@ -187,6 +195,7 @@ serve() {
   local m=gpuhost-llama1b-$1
   for _ in $(seq 1 120); do [ -f $RES/model-weights.rc ] && break; sleep 1; done
   [ "$(cat $RES/model-weights.rc 2>/dev/null)" = 0 ] || { cat $RES/model-weights.log; return 1; }
+  [ -d /srv/models/$m ] || cp -al $HUB/llmfleet-test/$m /srv/models/$m || return 1
   sync_repo
   local t0=$SECONDS
   playbook $CARRY/repo/tools/device/gpuhost_serve.yml -e model=$m -e label=start-$1 2>&1 | tee $RES/serve-$1-play.log; local rc=${PIPESTATUS[0]}
@@ -215,8 +224,92 @@ restart() {
   return $rc
 }
 
+pivotprep() {
+  for _ in $(seq 1 240); do [ -f $RES/model-weights.rc ] && break; sleep 1; done
+  [ "$(cat $RES/model-weights.rc 2>/dev/null)" = 0 ] || { cat $RES/model-weights.log; return 1; }
+  sync_repo
+  rm -rf $CARRY/tools && mkdir -p $CARRY/tools && cp -a $CARRY/repo/tools/localhub $CARRY/repo/tools/traffic/continuous_client.py \
+    $CARRY/repo/tools/device/nvml_timeline.py $CARRY/tools/ || return 1
+  # Debian's haproxy postinst (not run: the package was laid over the root): its user and chroot dir.
+  inside sh -c 'getent passwd haproxy >/dev/null || useradd --system --home-dir /var/lib/haproxy --no-create-home \
+    --shell /usr/sbin/nologin haproxy; mkdir -p /var/lib/haproxy /run/haproxy' || return 1
+  inside systemctl show -p LoadState -p FragmentPath haproxy.service
+  # huggingface_hub 2.4.0 (what model_fetch pins) in a venv of its own that sees the image's packages after its own.
+  local hf=/opt/llmfleet-hf site=/opt/llmfleet-hf/lib/python3.12/site-packages
+  inside sh -c "[ -x $hf/bin/python ] || $PY -m venv --without-pip $hf" || return 1
+  inside $PY -m pip install -q --no-index --no-deps --no-compile --target $site $CARRY/wheelhouse/huggingface_hub-2.4.0-*.whl || return 1
+  inside sh -c "echo /opt/torch/.venv/lib/python3.12/site-packages > $site/zz-image-venv.pth"
+  inside $hf/bin/python -c 'import huggingface_hub, httpx2; print("huggingface_hub", huggingface_hub.__version__)' || return 1
+  inside systemctl stop llmfleet-hub.service 2>/dev/null
+  inside systemd-run --unit=llmfleet-hub --collect -p StandardOutput=append:$RES/hub.log -p StandardError=append:$RES/hub.log \
+    $PY $CARRY/tools/localhub/server.py --root $HUB --port 8090 --quiet || return 1
+  local i
+  for i in $(seq 1 120); do
+    inside $PY -c 'import urllib.request as u; u.urlopen("http://127.0.0.1:8090/api/models/llmfleet-test/gpuhost-llama1b-a", timeout=30)' \
+      2>/dev/null && break
+    sleep 1
+  done
+  echo "local hub answers after $i s"; inside $PY -c 'import json, urllib.request as u
+for m in ("a", "b"):
+    info = json.load(u.urlopen("http://127.0.0.1:8090/api/models/llmfleet-test/gpuhost-llama1b-" + m, timeout=60))
+    print(m, info.get("sha"), len(info.get("siblings") or []), "files")' | tee $RES/hub-repos.txt
+}
+
+client_start() {
+  rm -f $RES/client.stop
+  inside systemd-run --unit=gpuhost-client --collect -p StandardOutput=append:$RES/client.log -p StandardError=append:$RES/client.log \
+    $PY $CARRY/tools/continuous_client.py --base-url http://127.0.0.1:8080/v1 --model chat --workers 4 --seconds 3000 \
+    --stop-file $RES/client.stop --output $RES/client.json || return 1
+  inside systemd-run --unit=gpuhost-nvml --collect -p StandardOutput=append:$RES/nvml-timeline.log \
+    -p StandardError=append:$RES/nvml-timeline.log $PY $CARRY/tools/nvml_timeline.py $RES/nvml-timeline.jsonl $RES/client.stop
+  sleep 5; inside systemctl is-active gpuhost-client.service gpuhost-nvml.service
+}
+
+client_stop() {
+  touch $RES/client.stop
+  for _ in $(seq 1 120); do [ -f $RES/client.json ] && break; sleep 1; done
+  $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); d.pop("requests_log"); print(json.dumps(d, indent=1))' $RES/client.json
+}
+
+# playbooks/pivot.yml on the GPU host with the client on `chat` running. EXPECT=fail: the pivot must fail (and roll back).
+pivot_run() {
+  local name=$1 expect=ok; shift
+  case $name in
+    first) set -- -e model=gpuhost-llama1b-a -e pivot_gateway=true -e pivot_alias=chat ;;
+    bluegreen) set -- -e model=gpuhost-llama1b-b ;;
+    gatefail) expect=fail; set -- -e model=gpuhost-llama1b-a -e pivot_gate_min_output_tok_s=1000000 ;;
+    revision)
+      inside $PY - $HUB llmfleet-test/gpuhost-llama1b-b <<'PY' | tee $RES/hub-publish.txt || return 1
+import json, os, sys, time
+sys.path.insert(0, "/root/carry/tools/localhub")
+from hub_repos import RepoStore
+root, repo_id = sys.argv[1:3]
+config = os.path.join(root, repo_id, "generation_config.json")
+data = json.load(open(config))
+data["llmfleet_published_at"] = time.time()
+print(*RepoStore(root).publish_commit(repo_id, {"generation_config.json": (json.dumps(data, indent=2) + "\n").encode()}))
+PY
+      set -- -e model=gpuhost-llama1b-b -e revision=main ;;
+    *) echo "unknown pivot $name"; return 1 ;;
+  esac
+  sync_repo
+  local t0=$SECONDS rc
+  inside env PYTHONPATH=$CARRY/coll:$CARRY/site ANSIBLE_COLLECTIONS_PATH=$CARRY/coll ANSIBLE_NOCOLOR=1 \
+    ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default ANSIBLE_DEPRECATION_WARNINGS=0 ANSIBLE_LOCAL_TEMP=/root/.ansible/tmp \
+    $PY -m ansible.cli.playbook -i $CARRY/repo/tools/device/gpuhost-pivot $CARRY/repo/playbooks/pivot.yml "$@" \
+    > $RES/pivot-$name.log 2>&1
+  rc=$?
+  echo "pivot-$name: rc $rc in $((SECONDS - t0)) s (expected: $expect)" | tee -a $RES/pivots.txt
+  grep -A12 "Pivot summary\|PLAY RECAP" $RES/pivot-$name.log | tail -30
+  [ $rc -eq 0 ] || grep -B2 -A6 "FAILED\|fatal:" $RES/pivot-$name.log | tail -40
+  { echo "--- $name"; inside cat /var/lib/llmfleet/slots.json; inside systemctl list-units --no-legend 'vllm-*'; } >> $RES/slots-after.txt 2>&1
+  inside $PY $CARRY/repo/tools/device/nvml_snapshot.py > $RES/nvml-after-$name.json 2>&1
+  if [ $expect = fail ]; then [ $rc -ne 0 ]; else [ $rc -eq 0 ]; fi
+}
+
 pack() {
   inside journalctl --no-pager -o short-iso -u 'vllm-*' -u nvidia-uvm-nodes.service > $RES/journal-units.txt 2>&1
+  inside journalctl --no-pager -o short-iso -u haproxy.service -u llmfleet-hub.service -u gpuhost-client.service > $RES/journal-gateway.txt 2>&1
   nvidia-smi > $RES/nvidia-smi-end.txt 2>&1
   tar czf "$OUT/gpuhost.tgz" -C $RES . && ls -la "$OUT"
 }
@@ -239,6 +332,10 @@ for phase in "$@"; do
     bench-*) sync_repo; m=gpuhost-llama1b-${phase#bench-}; port=8000; [ "${phase#bench-}" = b ] && port=8001
       playbook $CARRY/repo/tools/device/gpuhost_bench.yml -e model=$m -e port=$port 2>&1 | tee $RES/bench-play.log
       rc=${PIPESTATUS[0]}; cp -r $RES/controller $RES/bench-controller 2>/dev/null; (exit $rc) ;;
+    pivotprep) pivotprep ;;
+    client-start) client_start ;;
+    client-stop) client_stop ;;
+    pivot-*) pivot_run "${phase#pivot-}" ;;
     pack) pack ;;
     *) echo "unknown phase $phase"; false ;;
   esac

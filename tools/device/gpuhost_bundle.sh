@@ -10,7 +10,7 @@
 #              those the machine's ldconfig does not know)
 #   ctl.tgz    the controller: ansible-core 2.19.14 and the wheels of its own the image lacks
 #   skel.tgz   the Llama-3.2-1B-shaped model's config and tokenizer (tools/device/random_llama.py skeleton)
-#   the wheelhouse: vLLM 0.26.0 and tools/device/vllm-h200-deps.txt (PyPI, --no-deps, CPython 3.12 manylinux x86_64)
+#   the wheelhouse: vLLM 0.26.0, huggingface_hub 2.4.0 (the pivot's model_fetch venv, gpuhost.sh pivotprep) and tools/device/vllm-h200-deps.txt (PyPI, --no-deps, CPython 3.12 manylinux x86_64)
 #              in one tar split over .whl/c00 ... (each chunk at most CHUNK_MIB, default 59; c00 also holds the three
 #              tarballs above and SHA256SUMS of every part, of the tar and of the tarballs)
 set -euo pipefail
@@ -46,7 +46,7 @@ download() {
 }
 # Reuse the wheels tools/device/vllm_bundle.sh downloaded, if any.
 [ -d .whl/h200/wheels ] && cp -n .whl/h200/wheels/*.whl "$root/wheels/" 2>/dev/null || true
-download vllm==0.26.0 ansible-core==2.19.14 resolvelib==1.2.1
+download vllm==0.26.0 ansible-core==2.19.14 resolvelib==1.2.1 huggingface_hub==2.4.0
 download -r tools/device/vllm-h200-deps.txt
 dupes=$(ls "$root/wheels" | sed 's/-[0-9].*//' | tr 'A-Z-' 'a-z_' | sort | uniq -d)
 [ -z "$dupes" ] || { echo "two versions of: $dupes" >&2; exit 1; }
