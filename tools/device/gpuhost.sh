@@ -68,15 +68,18 @@ carry() {
     (cd $CARRY && grep -E " (skel|layer|ctl).tgz\$" SHA256SUMS | sha256sum -c -) || return 1
     mkdir -p $CARRY/site /tmp/llmfleet-coll/ansible_collections/llmfleet
     ln -sfn "$repo" /tmp/llmfleet-coll/ansible_collections/llmfleet/vllm
-    mkdir -p $CARRY/ctl && tar xzf $CARRY/ctl.tgz -C $CARRY/ctl || return 1
+    mkdir -p $CARRY/ctl $CARRY/coll && tar xzf $CARRY/ctl.tgz -C $CARRY/ctl || return 1
+    cp -a $CARRY/ctl/ansible_collections $CARRY/coll/ || return 1
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $CARRY/site $CARRY/ctl/*.whl || return 1
     local m
     for m in "${MODELS[@]}"; do
       mkdir -p $HUB/llmfleet-test/$m && tar xzf $CARRY/skel.tgz -C $HUB/llmfleet-test/$m || return 1
     done
-    # Weights of A and B (different seeds), one after the other, on the GPU, while the next chunks arrive.
+    # Weights of A and B (different seeds), one after the other, on the GPU, while the next chunks arrive. A hub repo
+    # holds what the Hub would: not random_llama's own manifest (model_fetch writes its manifest under that name).
     setsid bash -c "for m in ${MODELS[*]}; do s=\$((s + 1)); PYTHONPATH=/tmp/llmfleet-coll python3 $repo/tools/device/random_llama.py weights $HUB/llmfleet-test/\$m \
-      --shape llama3.2-1b --seed \$s --repo-id llmfleet-test/\$m || exit 1; done > $RES/model-weights.log 2>&1; echo \$? > $RES/model-weights.rc" \
+      --shape llama3.2-1b --seed \$s --repo-id llmfleet-test/\$m || exit 1; rm -f $HUB/llmfleet-test/\$m/.llmfleet-manifest.json; \
+      done > $RES/model-weights.log 2>&1; echo \$? > $RES/model-weights.rc" \
       < /dev/null > /dev/null 2>&1 &
     echo "weight writer started (pid $!): seeds 1 and 2"
   fi
@@ -300,6 +303,9 @@ PY
     > $RES/pivot-$name.log 2>&1
   rc=$?
   echo "pivot-$name: rc $rc in $((SECONDS - t0)) s (expected: $expect)" | tee -a $RES/pivots.txt
+  # The controller keeps a model's latest record only: this pivot's, before a later pivot of the model replaces it.
+  local record; record=$(ls -t $RES/controller/*/pivots/*-latest.json 2>/dev/null | head -1)
+  [ $rc -ne 0 ] || [ -z "$record" ] || cp "$record" $RES/pivot-$name-record.json
   grep -A12 "Pivot summary\|PLAY RECAP" $RES/pivot-$name.log | tail -30
   [ $rc -eq 0 ] || grep -B2 -A6 "FAILED\|fatal:" $RES/pivot-$name.log | tail -40
   { echo "--- $name"; inside cat /var/lib/llmfleet/slots.json; inside systemctl list-units --no-legend 'vllm-*'; } >> $RES/slots-after.txt 2>&1

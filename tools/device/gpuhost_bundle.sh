@@ -8,7 +8,8 @@
 #              (apt-get download + dpkg -x; /lib, /bin, /sbin moved under usr/ for the machine's merged /usr), and
 #              in libs/ the shared libraries they load that an Ubuntu 24.04 root may lack (gpuhost.sh boot adds only
 #              those the machine's ldconfig does not know)
-#   ctl.tgz    the controller: ansible-core 2.19.14 and the wheels of its own the image lacks
+#   ctl.tgz    the controller: ansible-core 2.19.14 and the wheels of its own the image lacks, and the collection
+#              community.general (the pivot's filters; found missing by the 2026-12-05 run), from .venv
 #   skel.tgz   the Llama-3.2-1B-shaped model's config and tokenizer (tools/device/random_llama.py skeleton)
 #   the wheelhouse: vLLM 0.26.0, huggingface_hub 2.4.0 (the pivot's model_fetch venv, gpuhost.sh pivotprep) and tools/device/vllm-h200-deps.txt (PyPI, --no-deps, CPython 3.12 manylinux x86_64)
 #              in one tar split over .whl/c00 ... (each chunk at most CHUNK_MIB, default 59; c00 also holds the three
@@ -51,6 +52,8 @@ download -r tools/device/vllm-h200-deps.txt
 dupes=$(ls "$root/wheels" | sed 's/-[0-9].*//' | tr 'A-Z-' 'a-z_' | sort | uniq -d)
 [ -z "$dupes" ] || { echo "two versions of: $dupes" >&2; exit 1; }
 cp "$root"/wheels/{ansible_core,resolvelib,cryptography,cffi,pycparser}-*.whl "$root/ctl/"
+cg=$("$py" -c 'import ansible_collections.community.general as c; print(list(c.__path__)[0])')
+mkdir -p "$root/ctl/ansible_collections/community" && cp -a "$cg" "$root/ctl/ansible_collections/community/general"
 tar czf "$root/ctl.tgz" -C "$root/ctl" .
 "$py" tools/device/random_llama.py skeleton "$root/skel" --shape llama3.2-1b >/dev/null
 tar czf "$root/skel.tgz" -C "$root/skel" .
