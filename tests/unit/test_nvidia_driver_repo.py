@@ -66,7 +66,7 @@ def render(expr, facts=None, pci=(), **overrides):
     variables.update(ROLE_VARS)
     variables.update(_trusted(overrides))
     variables["ansible_facts"] = facts
-    variables["__nvidia_driver_pci_scan"] = {"stdout_lines": list(pci)}
+    variables["nvidia_driver__pci_scan"] = {"stdout_lines": list(pci)}
     templar = Templar(loader=DataLoader(), variables=variables)
     return templar.template(trust_as_template("{{ %s }}" % expr))
 
@@ -82,27 +82,27 @@ def render(expr, facts=None, pci=(), **overrides):
 ])
 def test_cuda_repo_url_from_facts(facts, distro, arch):
     url = "https://developer.download.nvidia.com/compute/cuda/repos/%s/%s/" % (distro, arch)
-    assert render("__nvidia_driver_cuda_repo_distro", facts) == distro
-    assert render("__nvidia_driver_cuda_repo_arch", facts) == arch
-    assert render("__nvidia_driver_cuda_repo_url", facts) == url
-    assert render("__nvidia_driver_cuda_keyring_url", facts) == url + "cuda-keyring_1.1-1_all.deb"
+    assert render("nvidia_driver__cuda_repo_distro", facts) == distro
+    assert render("nvidia_driver__cuda_repo_arch", facts) == arch
+    assert render("nvidia_driver__cuda_repo_url", facts) == url
+    assert render("nvidia_driver__cuda_keyring_url", facts) == url + "cuda-keyring_1.1-1_all.deb"
 
 
 def test_cuda_repo_overrides():
-    url = render("__nvidia_driver_cuda_keyring_url", UBUNTU2404,
+    url = render("nvidia_driver__cuda_keyring_url", UBUNTU2404,
                  nvidia_driver_cuda_repo_base_url="http://mirror.local/cuda/repos/",
                  nvidia_driver_cuda_repo_distro="ubuntu2204", nvidia_driver_cuda_keyring_version="1.1-2")
     assert url == "http://mirror.local/cuda/repos/ubuntu2204/x86_64/cuda-keyring_1.1-2_all.deb"
 
 
 def test_unknown_arch_is_flagged():
-    assert render("__nvidia_driver_cuda_repo_arch", dict(DEBIAN12, architecture="ppc64le")) == "unsupported"
+    assert render("nvidia_driver__cuda_repo_arch", dict(DEBIAN12, architecture="ppc64le")) == "unsupported"
 
 
 def test_supported_list_covers_the_computed_distros():
     supported = render("nvidia_driver_cuda_repo_supported")
     for facts in (DEBIAN12, DEBIAN13_ARM, UBUNTU2404, UBUNTU2204_ARM):
-        assert render("__nvidia_driver_cuda_repo_distro", facts) in supported
+        assert render("nvidia_driver__cuda_repo_distro", facts) in supported
 
 
 # --- packages ----------------------------------------------------------------------------------
@@ -117,14 +117,14 @@ def test_supported_list_covers_the_computed_distros():
      ["cuda-drivers", "linux-headers-6.1.0-37-amd64", "nvidia-container-toolkit"]),
 ])
 def test_cuda_repo_packages(overrides, expected):
-    assert render("__nvidia_driver_packages", DEBIAN12, nvidia_driver_source="cuda_repo", **overrides) == expected
+    assert render("nvidia_driver__packages", DEBIAN12, nvidia_driver_source="cuda_repo", **overrides) == expected
 
 
 def test_debian_distro_packages():
-    assert render("__nvidia_driver_packages", DEBIAN12, nvidia_driver_source="distro",
+    assert render("nvidia_driver__packages", DEBIAN12, nvidia_driver_source="distro",
                   nvidia_driver_kernel_headers_packages=[]) == \
         ["nvidia-open-kernel-dkms", "nvidia-driver", "nvidia-persistenced"]
-    assert render("__nvidia_driver_driver_packages", DEBIAN12, nvidia_driver_source="distro",
+    assert render("nvidia_driver__driver_packages", DEBIAN12, nvidia_driver_source="distro",
                   nvidia_driver_open_kernel=False) == ["nvidia-kernel-dkms", "nvidia-driver"]
 
 
@@ -135,30 +135,30 @@ def test_debian_distro_packages():
     (False, False, "nvidia-driver-580"),
 ])
 def test_ubuntu_distro_packages(server, open_kernel, package):
-    packages = render("__nvidia_driver_packages", UBUNTU2404, nvidia_driver_source="distro", nvidia_driver_branch="580",
+    packages = render("nvidia_driver__packages", UBUNTU2404, nvidia_driver_source="distro", nvidia_driver_branch="580",
                       nvidia_driver_ubuntu_server_flavour=server, nvidia_driver_open_kernel=open_kernel)
     # nvidia-persistenced comes with Ubuntu's nvidia-compute-utils-<branch>, not as its own package
     assert packages == [package, "linux-headers-6.8.0-60-generic"]
 
 
 def test_ubuntu_cuda_repo_still_installs_persistenced():
-    assert "nvidia-persistenced" in render("__nvidia_driver_packages", UBUNTU2404, nvidia_driver_source="cuda_repo")
+    assert "nvidia-persistenced" in render("nvidia_driver__packages", UBUNTU2404, nvidia_driver_source="cuda_repo")
 
 
 # --- apt pin and version check -----------------------------------------------------------------
 
 def test_apt_pin():
-    assert render("__nvidia_driver_apt_pin") == ""
-    assert render("__nvidia_driver_apt_pin", nvidia_driver_branch="580") == "580.*"
-    assert render("__nvidia_driver_apt_pin", nvidia_driver_branch="580", nvidia_driver_version="580.95.05") == "580.95.05-*"
+    assert render("nvidia_driver__apt_pin") == ""
+    assert render("nvidia_driver__apt_pin", nvidia_driver_branch="580") == "580.*"
+    assert render("nvidia_driver__apt_pin", nvidia_driver_branch="580", nvidia_driver_version="580.95.05") == "580.95.05-*"
     # Debian distro + open modules: the role found nvidia-open-kernel-dkms at this version
-    assert render("__nvidia_driver_apt_pin", nvidia_driver_branch="535",
-                  __nvidia_driver_debian_open_version="535.261.03") == "535.261.03-*"
+    assert render("nvidia_driver__apt_pin", nvidia_driver_branch="535",
+                  nvidia_driver__debian_open_version="535.261.03") == "535.261.03-*"
 
 
 def test_apt_pin_packages_regex():
     import re
-    pattern = re.compile(render("__nvidia_driver_apt_pin_packages").strip("/"))
+    pattern = re.compile(render("nvidia_driver__apt_pin_packages").strip("/"))
     for name in ("nvidia-driver", "libgl1-nvidia-glvnd-glx", "firmware-nvidia-gsp", "libcuda1", "libnvidia-ml1",
                  "nvidia-open-580", "cuda-drivers-580", "xserver-xorg-video-nvidia", "libnvcuvid1"):
         assert pattern.search(name), name
@@ -177,38 +177,38 @@ def test_apt_pin_packages_regex():
     ({"nvidia_driver_branch": "580"}, "", False),
 ])
 def test_version_matches(pin_vars, loaded, ok):
-    assert render("__nvidia_driver_version_matches | bool", __nvidia_driver_loaded_version=loaded, **pin_vars) is ok
+    assert render("nvidia_driver__version_matches | bool", nvidia_driver__loaded_version=loaded, **pin_vars) is ok
 
 
 # --- GPU presence, Blackwell, NVSwitch / Fabric Manager ----------------------------------------
 
 def test_no_gpu():
-    assert render("__nvidia_driver_gpu_count_seen | int", pci=[]) == 0
-    assert render("__nvidia_driver_gpu_count_seen | int", pci=["0000:41:00.1 0x040300 0x22ba"]) == 0
+    assert render("nvidia_driver__gpu_count_seen | int", pci=[]) == 0
+    assert render("nvidia_driver__gpu_count_seen | int", pci=["0000:41:00.1 0x040300 0x22ba"]) == 0
 
 
 def test_gpus_from_proc_when_sysfs_hides_pci():
-    assert render("__nvidia_driver_gpu_count_seen | int", pci=["proc 0000:17:00.0", "proc 0000:2a:00.0"]) == 2
+    assert render("nvidia_driver__gpu_count_seen | int", pci=["proc 0000:17:00.0", "proc 0000:2a:00.0"]) == 2
 
 
 def test_rtx_pro_6000_box():
-    assert render("__nvidia_driver_gpu_count_seen | int", pci=RTX_PRO_6000_X8) == 8
-    assert render("__nvidia_driver_blackwell_or_newer", pci=RTX_PRO_6000_X8) is True
-    assert render("__nvidia_driver_nvswitch_detected", pci=RTX_PRO_6000_X8) is False
-    assert render("__nvidia_driver_fabric_manager_enabled | bool", pci=RTX_PRO_6000_X8) is False
+    assert render("nvidia_driver__gpu_count_seen | int", pci=RTX_PRO_6000_X8) == 8
+    assert render("nvidia_driver__blackwell_or_newer", pci=RTX_PRO_6000_X8) is True
+    assert render("nvidia_driver__nvswitch_detected", pci=RTX_PRO_6000_X8) is False
+    assert render("nvidia_driver__fabric_manager_enabled | bool", pci=RTX_PRO_6000_X8) is False
 
 
 def test_ada_is_not_blackwell():
-    assert render("__nvidia_driver_gpu_count_seen | int", pci=L40S) == 1
-    assert render("__nvidia_driver_blackwell_or_newer", pci=L40S) is False
+    assert render("nvidia_driver__gpu_count_seen | int", pci=L40S) == 1
+    assert render("nvidia_driver__blackwell_or_newer", pci=L40S) is False
 
 
 def test_hgx_nvswitch_from_pci():
-    assert render("__nvidia_driver_gpu_count_seen | int", pci=HGX_H100) == 8
-    assert render("__nvidia_driver_blackwell_or_newer", pci=HGX_H100) is False
-    assert render("__nvidia_driver_fabric_manager_enabled | bool", pci=HGX_H100) is True
-    assert render("__nvidia_driver_fabric_manager_enabled | bool", pci=HGX_H100, nvidia_driver_fabric_manager=False) is False
-    assert render("__nvidia_driver_fabric_manager_enabled | bool", pci=RTX_PRO_6000_X8, nvidia_driver_fabric_manager=True) is True
+    assert render("nvidia_driver__gpu_count_seen | int", pci=HGX_H100) == 8
+    assert render("nvidia_driver__blackwell_or_newer", pci=HGX_H100) is False
+    assert render("nvidia_driver__fabric_manager_enabled | bool", pci=HGX_H100) is True
+    assert render("nvidia_driver__fabric_manager_enabled | bool", pci=HGX_H100, nvidia_driver_fabric_manager=False) is False
+    assert render("nvidia_driver__fabric_manager_enabled | bool", pci=RTX_PRO_6000_X8, nvidia_driver_fabric_manager=True) is True
 
 
 def _gpu_facts(n, cell):
@@ -224,13 +224,13 @@ def _gpu_facts(n, cell):
 ])
 def test_fabric_manager_auto_from_gpu_facts(facts, expected):
     host = dict(DEBIAN12, llmfleet_gpu=facts)
-    assert render("__nvidia_driver_fabric_manager_enabled | bool", host, pci=[]) is expected
+    assert render("nvidia_driver__fabric_manager_enabled | bool", host, pci=[]) is expected
 
 
 def test_fabric_manager_auto_mixed_matrix_is_not_nvswitch():
     facts = _gpu_facts(4, "NV12")
     facts["topology"]["matrix"]["GPU0"]["GPU3"] = "SYS"
-    assert render("__nvidia_driver_fabric_manager_enabled | bool", dict(DEBIAN12, llmfleet_gpu=facts)) is False
+    assert render("nvidia_driver__fabric_manager_enabled | bool", dict(DEBIAN12, llmfleet_gpu=facts)) is False
 
 
 @pytest.mark.parametrize("facts, overrides, expected", [
@@ -242,4 +242,4 @@ def test_fabric_manager_auto_mixed_matrix_is_not_nvswitch():
     (DEBIAN12, {"nvidia_driver_fabric_manager_packages": ["my-fm"]}, ["my-fm"]),
 ])
 def test_fabric_manager_packages(facts, overrides, expected):
-    assert render("__nvidia_driver_fabric_manager_packages", facts, **overrides) == expected
+    assert render("nvidia_driver__fabric_manager_packages", facts, **overrides) == expected

@@ -109,3 +109,58 @@ def test_roles_read_no_private_variable_of_a_playbook():
             with open(path, encoding="utf-8", errors="replace") as handle:
                 found += ["%s:%d" % (relative, n) for n in _built_by_hand([r"\brollout__\w+"], handle.read())]
     assert found == [], found
+
+
+def _names_set_by_tasks(role):
+    """(name, file) of every variable a role's task files register or set_fact."""
+    import yaml
+    found = []
+
+    def walk(tasks, name):
+        for task in tasks or []:
+            if not isinstance(task, dict):
+                continue
+            for key in ("block", "rescue", "always"):
+                walk(task.get(key), name)
+            if isinstance(task.get("register"), str):
+                found.append((task["register"], name))
+            facts = task.get("ansible.builtin.set_fact")
+            if isinstance(facts, dict):
+                found.extend((fact, name) for fact in facts if fact != "cacheable")
+    tasks_dir = os.path.join(REPO, "roles", role, "tasks")
+    for name in sorted(os.listdir(tasks_dir)):
+        with open(os.path.join(tasks_dir, name), encoding="utf-8") as handle:
+            walk(yaml.safe_load(handle), name)
+    return found
+
+
+ROLES = sorted(d for d in os.listdir(os.path.join(REPO, "roles")) if not d.startswith("."))
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_one_private_convention_role__name(role):
+    """A role's own variables are <role>__name (private) or <role>_name (declared input or documented output); the
+    __<role>_name and _<role>_name styles are gone (issue #29)."""
+    found = []
+    for relative, path in _files():
+        if relative.startswith("roles/"):
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                found += ["%s:%d" % (relative, n)
+                          for n in _built_by_hand([r"(?<![\w.])_{1,2}%s_[a-z]" % role], handle.read())]
+    assert found == [], found
+    assert [n for n, _f in _names_set_by_tasks(role) if not n.startswith(role + "_")] == []
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_output_of_a_role_is_declared_or_documented(role):
+    """A public name a role sets (<role>_x, not <role>__x) is an input of its argument specs, a default, or an
+    output its README names: what other roles and playbooks may read."""
+    import yaml
+    with open(os.path.join(REPO, "roles", role, "meta", "argument_specs.yml"), encoding="utf-8") as handle:
+        specs = yaml.safe_load(handle)["argument_specs"]
+    declared = {option for entry in specs.values() for option in (entry.get("options") or {})}
+    with open(os.path.join(REPO, "roles", role, "README.md"), encoding="utf-8") as handle:
+        readme = handle.read()
+    undocumented = sorted({"%s (%s)" % (n, f) for n, f in _names_set_by_tasks(role)
+                           if not n.startswith(role + "__") and n not in declared and "`%s`" % n not in readme})
+    assert undocumented == [], undocumented

@@ -304,7 +304,7 @@ PY
   rc=$?
   echo "pivot-$name: rc $rc in $((SECONDS - t0)) s (expected: $expect)" | tee -a $RES/pivots.txt
   # The controller keeps a model's latest record only: this pivot's, before a later pivot of the model replaces it.
-  local record; record=$(ls -t $RES/controller/*/pivots/*-latest.json 2>/dev/null | head -1)
+  local record; record=$(find $RES/controller -name '*-latest.json' -printf '%T@ %p\n' 2>/dev/null | sort -rn | head -1 | cut -d' ' -f2-)
   [ $rc -ne 0 ] || [ -z "$record" ] || cp "$record" $RES/pivot-$name-record.json
   grep -A12 "Pivot summary\|PLAY RECAP" $RES/pivot-$name.log | tail -30
   [ $rc -eq 0 ] || grep -B2 -A6 "FAILED\|fatal:" $RES/pivot-$name.log | tail -40

@@ -29,7 +29,8 @@ write("nvml-timeline.json", json.dumps({"columns": ["t", "used_mib", "compute_pr
                                         "rows": [[r["t"], r["used_mib"], len(r["procs"]), r["power_w"]] for r in rows]},
                                        separators=(",", ":")) + "\n")
 
-records = {os.path.basename(p): json.load(open(p)) for p in sorted(glob.glob(os.path.join(res, "controller", "*", "pivots", "*.json")))}
+records = {os.path.basename(p): json.load(open(p))
+           for p in sorted(glob.glob(os.path.join(res, "controller", "**", "*-latest.json"), recursive=True))}
 records.update({os.path.basename(p): json.load(open(p)) for p in sorted(glob.glob(os.path.join(res, "pivot-*-record.json")))})
 write("records.json", json.dumps(records, indent=1, sort_keys=True) + "\n")
 
