@@ -20,7 +20,9 @@ import threading
 import time
 from urllib.parse import urlsplit
 
-from ansible_collections.llmfleet.vllm.plugins.module_utils.fit_check import disk_plan
+from ansible_collections.llmfleet.vllm.plugins.module_utils.fit_check import DISK_MARGIN_FRACTION, disk_plan
+from ansible_collections.llmfleet.vllm.plugins.module_utils.models_root import (  # noqa: F401 - callers use them here
+    dir_usage, existing_ancestor, free_bytes, model_dirs)
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import load_record as load_patch_record
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import original_path
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import MANIFEST_FILENAME
@@ -58,63 +60,19 @@ def local_state(local_dir, manifest):
     return complete, to_download
 
 
-def dir_usage(path):
-    """Bytes allocated under path (st_blocks, symlinks not followed) and number of files."""
-    total, count = 0, 0
-    for root, _dirs, names in os.walk(path):
-        for name in names:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            total += st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
-            count += 1
-    return total, count
-
-
 def prune_candidates(models_root, exclude):
-    """[{path, size_bytes, mtime}] of the directories directly under models_root, oldest first.
-
-    ``exclude`` (the download target) is never listed. Only reported: nothing is ever deleted here.
-    """
-    found = []
-    exclude = os.path.realpath(exclude) if exclude else None
-    try:
-        names = sorted(os.listdir(models_root))
-    except OSError:
-        return found
-    for name in names:
-        path = os.path.join(models_root, name)
-        if not os.path.isdir(path) or os.path.islink(path) or os.path.realpath(path) == exclude:
-            continue
-        size, _count = dir_usage(path)
-        found.append({"path": path, "size_bytes": size, "mtime": int(os.stat(path).st_mtime)})
-    found.sort(key=lambda c: (c["mtime"], c["path"]))
-    return found
-
-
-def existing_ancestor(path):
-    path = os.path.abspath(path)
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
-
-
-def free_bytes(path):
-    st = os.statvfs(existing_ancestor(path))
-    return st.f_bavail * st.f_frsize
+    """The model directories under models_root but ``exclude`` (the download target), oldest first."""
+    return model_dirs(models_root, exclude)
 
 
 def space_check(local_dir, models_root, to_download_bytes, margin_bytes, free=None):
     """{ok, free_bytes, required_bytes, missing_bytes, prune_suggested, candidates, msg} for a download."""
     free = free_bytes(local_dir) if free is None else free
     candidates = prune_candidates(models_root, local_dir) if models_root else []
-    plan = disk_plan(to_download_bytes, free, 0, [{"path": c["path"], "size_bytes": c["size_bytes"]} for c in candidates],
-                     [local_dir], margin_bytes, 0.0)
-    required = to_download_bytes + margin_bytes if to_download_bytes else 0
+    # The pivot's rule too: the margin is the larger of margin_bytes and DISK_MARGIN_FRACTION of what is downloaded.
+    plan = disk_plan(to_download_bytes, free, 0, candidates, [local_dir], margin_bytes, DISK_MARGIN_FRACTION)
+    required = plan["required_free_bytes"]
+    margin_bytes = required - to_download_bytes if to_download_bytes else margin_bytes
     missing = max(required - free, 0)
     result = {
         "ok": missing == 0,

@@ -512,9 +512,11 @@ def test_dir_names_under_lists_the_names_a_serving_record_keeps(root):
 
 
 def test_models_root_usage_lists_candidates_oldest_first_and_records_by_file(tmp_path):
-    """roles/pivot/files/models-root-usage.py, run as the pivot runs it (a process with the root as argument)."""
+    """llmfleet.vllm.models_root_usage, run as the pivot runs it (module_utils/models_root.py, as hf_snapshot reads a
+    root too): dot dirs and symlinks are no model dirs; a root given with a trailing / reads the same."""
     import json
     import os
+    from ansible_collections.llmfleet.vllm.plugins.module_utils import hf_download, models_root
     root = tmp_path / 'models'
     for name, mtime in (('aaa-new', 2000), ('zz-old', 1000), ('mid', 1500)):
         (root / name).mkdir(parents=True)
@@ -523,13 +525,24 @@ def test_models_root_usage_lists_candidates_oldest_first_and_records_by_file(tmp
     (root / '.llmfleet' / 'serving').mkdir(parents=True)
     (root / '.llmfleet' / 'serving' / 'h1.json').write_text(json.dumps({'host': 'h1', 'dirs': ['mid']}))
     (root / '.llmfleet' / 'serving' / 'h1.ray.json').write_text(json.dumps({'host': 'h1', 'dirs': ['zz-old']}))
-    script = REPO / 'roles' / 'pivot' / 'files' / 'models-root-usage.py'
-    out = json.loads(subprocess.run([sys.executable, str(script), str(root) + '/'], capture_output=True, text=True,
-                                    check=True).stdout)
+    (root / '.llmfleet' / 'serving' / 'h2.json').write_text('not json')
+    (root / '.history').mkdir()
+    (root / 'link').symlink_to(root / 'mid')
+    out = models_root.usage(str(root) + '/')
     assert [c['path'] for c in out['candidates']] == [str(root / n) for n in ('zz-old', 'mid', 'aaa-new')]
     assert [c['mtime'] for c in out['candidates']] == [1000, 1500, 2000]
     assert all(c['size_bytes'] >= 4096 for c in out['candidates'])
     assert out['served_by'] == {'h1': ['mid'], 'h1.ray': ['zz-old']}
+    assert out['free_bytes'] > 0 and models_root.usage(str(root / 'not-yet'))['candidates'] == []
+    # hf_snapshot's prune candidates are the same dirs but its download target.
+    assert hf_download.prune_candidates(str(root), str(root / 'mid')) == [
+        c for c in out['candidates'] if c['path'] != str(root / 'mid')]
+    module = subprocess.run([sys.executable, '-m', 'ansible_collections.llmfleet.vllm.plugins.modules.models_root_usage',
+                             json.dumps({'ANSIBLE_MODULE_ARGS': {'path': str(root)}})], capture_output=True, text=True,
+                            check=True, env=dict(os.environ, PYTHONPATH=str(REPO / '.ansible' / 'collections')))
+    answer = json.loads(module.stdout)
+    assert answer['changed'] is False and answer['served_by'] == out['served_by']
+    assert [c['path'] for c in answer['candidates']] == [c['path'] for c in out['candidates']]
 
 
 # --- where vLLM listens (issue #27 item 10) ------------------------------------------------------------------------
