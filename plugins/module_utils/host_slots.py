@@ -334,6 +334,16 @@ def standby_port(slot, slots, active_port, reserved=()):
     raise SlotError('slot %s has no free standby port in %d..%d for a blue/green pivot' % (slot, MIN_VLLM_PORT, MAX_PORT))
 
 
+def gateway_slots_before(slots, slot, alias, model, strategy, port, standby):
+    """The host's slots as the gateway must see them before a pivot's switch: the planned slot's active server is the
+    one serving now (blue/green: the old model's port, which the plan gives as ``standby``; the new model's ``port``
+    is then its standby) or the port the new model will use (stop-then-start); the other slots as recorded."""
+    active, other = (standby, port) if strategy == 'blue_green' else (port, standby)
+    view = {name: dict(record) for name, record in (slots or {}).items()}
+    view[slot] = dict(view.get(slot) or {}, name=slot, alias=alias, model=model, port=active, standby_port=other)
+    return view
+
+
 def check_model_free(slot, model, slots):
     """A model serves in one slot of a host: its unit is named after it."""
     for name, record in sorted(slots.items()):

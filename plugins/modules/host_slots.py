@@ -232,6 +232,13 @@ strategy_reason:
   description: Why not blue/green (V(plan)).
   returned: when action is plan
   type: str
+gateway_slots_before:
+  description:
+    - The host's slots as the gateway must see them before the switch (V(plan)) - the planned slot's active port is the
+      one serving now (blue/green - the old model's; the new model's port is its standby) or the port the new model
+      will use (stop-then-start).
+  returned: when action is plan
+  type: dict
 shared_gpu_ids:
   description:
     - GPUs a blue/green pivot's new model shares with the slot's running one (V(plan)); each had the new model's share
@@ -344,6 +351,8 @@ def _plan(module, slots, result):
     result.update(gpu_ids=gpu_ids, port=port, standby_port=standby, alias=alias, unit=hs.unit_name(p['model']),
                   model_dir=model_dir, serving_same=serving_same, strategy=strategy, strategy_reason=why,
                   shared_gpu_ids=hs.shared_gpus(p['slot'], slots, gpu_ids) if strategy == 'blue_green' else [],
+                  gateway_slots_before=hs.gateway_slots_before(slots, p['slot'], alias, p['model'], strategy, port,
+                                                               standby),
                   contract=hs.contract(current, result['gateway'], result['gateway_source'], alias, p['alias'],
                                        standby if strategy == 'blue_green' else port, p['port']))
     module.exit_json(**result)

@@ -298,3 +298,18 @@ def test_blue_green_prefers_gpus_no_slot_holds_then_shares_its_own_when_the_memo
     assert hs.assign_gpus("a", 1, h200, slots, requested=[0], memory_fraction=0.40, beside=True) == [0]
     with pytest.raises(hs.SlotError, match="pivot_gpu_ids=\\[0\\] cannot be used by slot a: GPU 0 is busy"):
         hs.assign_gpus("a", 1, h200, slots, requested=[0], memory_fraction=0.7, beside=True, variable="pivot_gpu_ids")
+
+
+def test_gateway_sees_the_serving_port_as_active_until_the_switch():
+    slots = {"default": dict(_slot([0], model="a", port=8000), name="default", alias="chat", standby_port=8001),
+             "b": dict(_slot([1], model="b", port=8002), name="b")}
+    # Blue/green: the plan gives the new model the standby port (8001); the gateway keeps 8000 active until the switch.
+    view = hs.gateway_slots_before(slots, "default", "chat", "c", "blue_green", 8001, 8000)
+    assert (view["default"]["port"], view["default"]["standby_port"], view["default"]["model"]) == (8000, 8001, "c")
+    assert view["b"] == slots["b"] and slots["default"]["model"] == "a"  # the others as recorded; nothing changed
+    # Stop-then-start: the new model takes the slot's port.
+    view = hs.gateway_slots_before(slots, "default", "chat", "c", "stop_start", 8000, 8001)
+    assert (view["default"]["port"], view["default"]["standby_port"]) == (8000, 8001)
+    # A new slot appears with its alias.
+    view = hs.gateway_slots_before(slots, "c", "other", "c", "new", 8003, 8004)
+    assert view["c"] == {"name": "c", "alias": "other", "model": "c", "port": 8003, "standby_port": 8004}
