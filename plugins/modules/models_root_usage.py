@@ -22,11 +22,6 @@ options:
     description: The models root; it need not exist yet.
     type: path
     required: true
-attributes:
-  check_mode:
-    description: Read-only.
-  diff_mode:
-    description: Changes nothing.
 extends_documentation_fragment:
   - llmfleet.vllm.attributes
 """

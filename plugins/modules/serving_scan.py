@@ -30,11 +30,6 @@ options:
     type: list
     elements: int
     default: []
-attributes:
-  check_mode:
-    description: Read-only.
-  diff_mode:
-    description: Changes nothing.
 extends_documentation_fragment:
   - llmfleet.vllm.attributes
 """

@@ -13,29 +13,10 @@ import os
 import pytest
 import yaml
 
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from role_vars import render as render_vars
+from role_vars import role_variables, trusted
 
-ROLE = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "nvidia_driver")
-
-
-def _trusted(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, list):
-        return [_trusted(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _trusted(v) for k, v in value.items()}
-    return value
-
-
-def _load(name):
-    with open(os.path.join(ROLE, name), encoding="utf-8") as handle:
-        return _trusted(yaml.safe_load(handle))
-
-
-DEFAULTS = _load("defaults/main.yml")
-ROLE_VARS = _load("vars/main.yml")
+ROLE_VARIABLES = role_variables("nvidia_driver")
 
 DEBIAN12 = {"os_family": "Debian", "distribution": "Debian", "distribution_major_version": "12",
             "distribution_version": "12.11", "distribution_release": "bookworm", "architecture": "x86_64",
@@ -62,13 +43,11 @@ L40S = ["0000:41:00.0 0x030200 0x26b9", "0000:41:00.1 0x040300 0x22ba"]
 
 def render(expr, facts=None, pci=(), **overrides):
     facts = DEBIAN12 if facts is None else facts
-    variables = dict(DEFAULTS)
-    variables.update(ROLE_VARS)
-    variables.update(_trusted(overrides))
+    variables = dict(ROLE_VARIABLES)
+    variables.update(trusted(overrides))
     variables["ansible_facts"] = facts
     variables["nvidia_driver__pci_scan"] = {"stdout_lines": list(pci)}
-    templar = Templar(loader=DataLoader(), variables=variables)
-    return templar.template(trust_as_template("{{ %s }}" % expr))
+    return render_vars(variables, expr)
 
 
 # --- cuda_repo: repository path and keyring ----------------------------------------------------

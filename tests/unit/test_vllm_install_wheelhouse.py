@@ -9,27 +9,16 @@ import pathlib
 import pytest
 import yaml
 
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from role_vars import render as render_vars
+from role_vars import role_variables, trusted
 
 ROLE = pathlib.Path(__file__).resolve().parents[2] / "roles" / "vllm_install"
 
 
-def _trusted(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, list):
-        return [_trusted(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _trusted(v) for k, v in value.items()}
-    return value
-
-
 def render(expr, **overrides):
-    variables = _trusted(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()))
-    variables.update(_trusted(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())))
-    variables.update(_trusted(overrides))
-    return Templar(loader=DataLoader(), variables=variables).template(trust_as_template("{{ %s }}" % expr))
+    variables = role_variables("vllm_install")
+    variables.update(trusted(overrides))
+    return render_vars(variables, expr)
 
 
 def test_without_a_wheelhouse_the_indexes_are_used():

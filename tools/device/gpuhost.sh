@@ -29,6 +29,7 @@
 #   pack     /root/carry/res to $OUT/gpuhost.tgz
 # The first failing phase ends the list, except that pack still runs when named.
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 repo=$(pwd)
 CARRY=/root/carry
 RES=$CARRY/res
@@ -60,10 +61,7 @@ playbook() {
 }
 
 carry() {
-  local n; n=$(printf %02d "$1")
-  [ -d ".whl/c$n" ] || { echo "no .whl/c$n in this call"; return 1; }
-  mv -f ".whl/c$n"/* $CARRY/ || return 1
-  (cd $CARRY && grep " bundle.part$n\$" SHA256SUMS | sha256sum -c -) || return 1
+  local n; n=$(carry_chunk "$1" $CARRY) || return 1
   if [ "$n" = 00 ]; then
     (cd $CARRY && grep -E " (skel|layer|ctl).tgz\$" SHA256SUMS | sha256sum -c -) || return 1
     mkdir -p $CARRY/site /tmp/llmfleet-coll/ansible_collections/llmfleet
@@ -320,10 +318,8 @@ pack() {
   tar czf "$OUT/gpuhost.tgz" -C $RES . && ls -la "$OUT"
 }
 
-status=0
-for phase in "$@"; do
-  if [ $status -ne 0 ] && [ "$phase" != pack ]; then continue; fi
-  step "$phase"
+gpuhost_phase() {
+  local phase=$1 rc
   case $phase in
     carry[0-9]*) carry "${phase#carry}" ;;
     extralibs) mkdir -p $CARRY/extra; for d in .whl/extra/*.deb; do dpkg -x "$d" $CARRY/extra; done; cp -a $CARRY/extra/usr/lib/x86_64-linux-gnu/. $M/usr/lib/x86_64-linux-gnu/ \
@@ -345,8 +341,6 @@ for phase in "$@"; do
     pack) pack ;;
     *) echo "unknown phase $phase"; false ;;
   esac
-  rc=$?
-  echo "===== $phase: rc $rc ($(date -u +%T))"
-  [ $rc -eq 0 ] || status=$rc
-done
-exit $status
+}
+
+run_phases gpuhost_phase "$@"

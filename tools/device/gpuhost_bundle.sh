@@ -15,11 +15,10 @@
 #              in one tar split over .whl/c00 ... (each chunk at most CHUNK_MIB, default 59; c00 also holds the three
 #              tarballs above and SHA256SUMS of every part, of the tar and of the tarballs)
 set -euo pipefail
-chunk_mib=${1:-59}
-py=${PYTHON:-.venv/bin/python}
-root=.whl/gpuhost
-rm -rf "$root" .whl/c[0-9][0-9]
-mkdir -p "$root/wheels" "$root/skel" "$root/debs" "$root/layer/sysd" "$root/layer/libs" "$root/ctl"
+. "$(dirname "$0")/lib.sh"
+root=.whl/gpuhost chunk_mib=${1:-59} py=${PYTHON:-.venv/bin/python}
+new_bundle "$root"
+mkdir -p "$root/debs" "$root/layer/sysd" "$root/layer/libs" "$root/ctl"
 (cd "$root/debs" && apt-get download -q systemd systemd-container systemd-sysv dbus dbus-bin dbus-daemon \
   dbus-system-bus-common haproxy libsystemd-shared libdbus-1-3 libip4tc2 libapparmor1 libkmod2 liblua5.3-0 libpcre2-8-0 \
   libssl3 libcrypt1 libopentracing-c-wrapper0 libopentracing1 2>&1 | grep -v '^W: Download is performed unsandboxed' || true)
@@ -38,17 +37,10 @@ for part in sysd libs; do
 done
 ls "$root"/debs | sed 's/_amd64.deb\|_all.deb//' > "$root/layer/debs.txt"
 tar czf "$root/layer.tgz" -C "$root/layer" .
-download() {
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 \
-    --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_31_x86_64 \
-    --platform manylinux_2_34_x86_64 -d "$root/wheels" "$@"
-}
 # Reuse the wheels tools/device/vllm_bundle.sh downloaded, if any.
 [ -d .whl/h200/wheels ] && cp -n .whl/h200/wheels/*.whl "$root/wheels/" 2>/dev/null || true
-download vllm==0.26.0 ansible-core==2.19.14 resolvelib==1.2.1 huggingface_hub==2.4.0
-download -r tools/device/vllm-h200-deps.txt
+download_wheels "$root/wheels" vllm==0.26.0 ansible-core==2.19.14 resolvelib==1.2.1 huggingface_hub==2.4.0
+download_wheels "$root/wheels" -r tools/device/vllm-h200-deps.txt
 dupes=$(ls "$root/wheels" | sed 's/-[0-9].*//' | tr 'A-Z-' 'a-z_' | sort | uniq -d)
 [ -z "$dupes" ] || { echo "two versions of: $dupes" >&2; exit 1; }
 cp "$root"/wheels/{ansible_core,resolvelib,cryptography,cffi,pycparser}-*.whl "$root/ctl/"
@@ -58,19 +50,4 @@ tar czf "$root/ctl.tgz" -C "$root/ctl" .
 "$py" tools/device/random_llama.py skeleton "$root/skel" --shape llama3.2-1b >/dev/null
 tar czf "$root/skel.tgz" -C "$root/skel" .
 tar cf "$root/bundle.tar" -C "$root" wheels
-chunk=$((chunk_mib * 1024 * 1024))
-small=$(( $(stat -c %s "$root/skel.tgz") + $(stat -c %s "$root/layer.tgz") + $(stat -c %s "$root/ctl.tgz") ))
-first=$((chunk - small - 65536))
-mkdir -p .whl/c00
-head -c "$first" "$root/bundle.tar" > .whl/c00/bundle.part00
-tail -c +$((first + 1)) "$root/bundle.tar" | split -b "$chunk" -d -a 2 --numeric-suffixes=1 - "$root/bundle.part"
-for part in "$root"/bundle.part[0-9][0-9]; do
-  n=${part##*part}
-  mkdir -p ".whl/c$n"
-  mv "$part" ".whl/c$n/"
-done
-cp "$root/skel.tgz" "$root/layer.tgz" "$root/ctl.tgz" .whl/c00/
-(cd "$root" && sha256sum bundle.tar skel.tgz layer.tgz ctl.tgz) > .whl/c00/SHA256SUMS
-(cd .whl && for d in c[0-9][0-9]; do sha256sum "$d"/bundle.part*; done) | sed 's| c[0-9][0-9]/| |' >> .whl/c00/SHA256SUMS
-ls "$root/wheels" | wc -l | sed 's/$/ wheels/'
-du -sb .whl/c[0-9][0-9] | awk '{printf "%s %.1f MiB\n", $2, $1 / 1048576}'
+chunk_bundle "$root" "$chunk_mib" skel.tgz layer.tgz ctl.tgz

@@ -17,6 +17,7 @@
 # The first failing phase ends the list, except that pack still runs when named.
 # Env: H200_SERVICE_USER (default vllm: the unit's User=), H200_VENV (default: the venv python3 runs in).
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 repo=$(pwd)
 RES=/root/h200
 CARRY=/root/carry
@@ -64,10 +65,7 @@ probe() {
 }
 
 carry() {
-  local n; n=$(printf %02d "$1")
-  [ -d ".whl/c$n" ] || { echo "no .whl/c$n in this call"; return 1; }
-  mv -f ".whl/c$n"/* $CARRY/ || return 1
-  (cd $CARRY && grep " bundle.part$n\$" SHA256SUMS | sha256sum -c -) || return 1
+  local n; n=$(carry_chunk "$1" $CARRY) || return 1
   if [ "$n" = 00 ]; then
     (cd $CARRY && grep " skel.tgz\$" SHA256SUMS | sha256sum -c -) || return 1
     mkdir -p $MODEL_DIR && tar xzf $CARRY/skel.tgz -C $MODEL_DIR || return 1
@@ -142,10 +140,8 @@ pack() {
   tar czf "$OUT/h200-vllm.tgz" -C $RES . && ls -la "$OUT"
 }
 
-status=0
-for phase in "$@"; do
-  if [ $status -ne 0 ] && [ "$phase" != pack ]; then continue; fi
-  step "$phase"
+h200_phase() {
+  local phase=$1 rc
   case $phase in
     probe) probe ;;
     carry[0-9]*) carry "${phase#carry}" ;;
@@ -157,8 +153,6 @@ for phase in "$@"; do
     pack) pack ;;
     *) echo "unknown phase $phase"; false ;;
   esac
-  rc=$?
-  echo "===== $phase: rc $rc ($(date -u +%T))"
-  [ $rc -eq 0 ] || status=$rc
-done
-exit $status
+}
+
+run_phases h200_phase "$@"
