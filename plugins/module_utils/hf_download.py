@@ -21,8 +21,7 @@ import time
 from urllib.parse import urlsplit
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.fit_check import DISK_MARGIN_FRACTION, disk_plan
-from ansible_collections.llmfleet.vllm.plugins.module_utils.models_root import (  # noqa: F401 - callers use them here
-    dir_usage, existing_ancestor, free_bytes, model_dirs)
+from ansible_collections.llmfleet.vllm.plugins.module_utils.models_root import existing_ancestor, free_bytes, model_dirs
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import load_record as load_patch_record
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import original_path
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import MANIFEST_FILENAME

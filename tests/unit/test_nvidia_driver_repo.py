@@ -8,10 +8,7 @@ ansible's Templar against host facts (no mocks of the role: the same Jinja the r
 """
 from __future__ import annotations
 
-import os
-
 import pytest
-import yaml
 
 from role_vars import render as render_vars
 from role_vars import role_variables, trusted

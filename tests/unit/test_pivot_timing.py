@@ -34,5 +34,5 @@ def test_controller_clock_stands_in(old_stop, ready_monotonic):
 
 
 def test_controller_clock_missing_is_no_figure_not_an_error():
-    assert pivot_downtime("a", "stop_start", {}, None, None, None) == {"source": "controller", "downtime_s": None,
-                                                                        "stopped_at": None}
+    expected = {"source": "controller", "downtime_s": None, "stopped_at": None}
+    assert pivot_downtime("a", "stop_start", {}, None, None, None) == expected

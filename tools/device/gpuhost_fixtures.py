@@ -38,7 +38,7 @@ write("records.json", json.dumps(records, indent=1, sort_keys=True) + "\n")
 blocks = re.split(r"^--- ", open(os.path.join(res, "slots-after.txt")).read(), flags=re.M)
 kept = {}
 for block in blocks:
-    name, _, body = block.partition("\n")
+    name, _newline, body = block.partition("\n")
     if '"slots"' in body:
         kept[name.strip()] = body
 write("slots-after.txt", "".join("--- %s\n%s" % item for item in kept.items()))
@@ -51,8 +51,8 @@ for log in sorted(glob.glob(os.path.join(res, "pivot-*.log"))):
     failed = [json.loads(line.split("=> ", 1)[1]).get("msg", "") for line in re.findall(r"^fatal: .*$", text, re.M)]
     failed = [msg for msg in failed if "Rolled back" in msg or "rolled back" in msg]
     recap = re.findall(r"^gpuhost +: .*$", text, re.M)
-    summaries.append("=== pivot-%s\n%s%s%s\n" % (name, "".join(summary), "".join("failed: %s\n" % f for f in failed),
-                                                  "\n".join(recap)))
+    failures = "".join("failed: %s\n" % f for f in failed)
+    summaries.append("=== pivot-%s\n%s%s%s\n" % (name, "".join(summary), failures, "\n".join(recap)))
 write("summaries.txt", "\n".join(summaries))
 
 keep = re.compile(r"systemd\[1\]: (Start|Stopp|Stopped|Deactivated)|version 0\.26\.0|backend=nccl|\[cuda\.py|Model loading "
