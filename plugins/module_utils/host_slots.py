@@ -132,16 +132,22 @@ def manifest_commit(models_root, name):
         return None
 
 
+def model_dir_candidates(model, commit):
+    """The directory names that may hold ``model`` at ``commit``: <model>, then <model>--<first 12 hex of the commit>
+    (the one place that name is spelt)."""
+    return [model, '%s--%s' % (model, commit[:12])] if commit else [model]
+
+
 def model_dir_name(model, commit, commit_in_dir):
     """The directory (under the models root) that holds ``model`` at ``commit``.
 
-    commit_in_dir maps a candidate directory name to the commit its manifest records (None: the directory is missing
-    or has no manifest). A directory holds one revision and is never written with another: <model> is used while it
-    is free or holds this commit, otherwise <model>--<first 12 hex of the commit>.
+    commit_in_dir maps a candidate directory name (model_dir_candidates) to the commit its manifest records (None: the
+    directory is missing or has no manifest). A directory holds one revision and is never written with another:
+    <model> is used while it is free or holds this commit, otherwise the pinned name.
     """
-    pinned = '%s--%s' % (model, commit[:12]) if commit else model
     if commit is None:
         return model
+    pinned = model_dir_candidates(model, commit)[1]
     for name in (model, pinned):
         if commit_in_dir.get(name) == commit:
             return name

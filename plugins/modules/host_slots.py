@@ -326,7 +326,7 @@ def _plan(module, slots, result):
     if revision is not None and not hs.COMMIT_RE.match(revision):
         module.fail_json(msg='%srevision must be resolved to a 40-hex commit sha before planning, got %s'
                          % (prefix, json.dumps(revision)), **result)
-    names = [p['model'], '%s--%s' % (p['model'], (revision or '')[:12])]
+    names = hs.model_dir_candidates(p['model'], revision)
     dir_name = hs.model_dir_name(p['model'], revision, {n: hs.manifest_commit(p['models_root'], n) for n in names})
     current = slots.get(p['slot']) or {}
     model_dir = os.path.join(p['models_root'], dir_name)

@@ -25,6 +25,9 @@ RULES = {
     "the gateway's port, gateway_port or the gateway role's default (entry point `port`)": (
         "roles/gateway/defaults/main.yml",
         [r"gateway_port\s*\|\s*default\(", r"gateway_port\s+is\s+(not\s+)?defined"]),
+    "the directory of a model pinned to a commit <model>--<commit12>": (
+        "plugins/module_utils/host_slots.py",
+        [r"['\"]%s--%s['\"]", r"~\s*['\"]--['\"]\s*~", r"\}--\{", r"\+\s*['\"]--['\"]\s*\+"]),
     "the unit that serves a model vllm-<model>.service": (
         "plugins/module_utils/host_slots.py",
         [r"vllm-(\{\{[^}]*\}\}|%s|\{[a-z_]+\})(-[a-z]+)?\.(service|env)\b", r"['\"]vllm-['\"]\s*[~+%]",
@@ -75,6 +78,11 @@ def test_the_rule_is_built_only_by_its_owner(rule):
      '    reserved_ports: "{{ [gateway_port | int] if pivot__gateway and gateway_port is defined else [] }}"'),
     ("the gateway's port, gateway_port or the gateway role's default (entry point `port`)",
      '          port: "{{ (gateway_port | default(8080)) if rollout__slots.gateway else rollout__dir_plan.port }}"'),
+    ("the directory of a model pinned to a commit <model>--<commit12>",
+     "    names = [p['model'], '%s--%s' % (p['model'], (revision or '')[:12])]"),
+    ("the directory of a model pinned to a commit <model>--<commit12>",
+     "model_dir: \"{{ pivot_models_root }}/{{ pivot_model ~ '--' ~ model_fetch_commit[:12] }}\""),
+    ("the directory of a model pinned to a commit <model>--<commit12>", 'pinned = f"{model}--{commit[:12]}"'),
     ("the unit that serves a model vllm-<model>.service", "service_deploy__unit: vllm-{{ service_deploy__name }}.service"),
     ("the unit that serves a model vllm-<model>.service", 'env: "{{ service_deploy_env_dir }}/vllm-{{ service_deploy__name }}.env"'),
     ("the unit that serves a model vllm-<model>.service", "    ray__serve_unit: vllm-{{ ray_model }}-ray.service"),
@@ -92,6 +100,9 @@ def test_the_owners_spell_the_rules():
     assert catalog.gpus_needed({"serving": {"tensor_parallel_size": 4, "pipeline_parallel_size": 2, "data_parallel_size": 2}}) == 16
     assert catalog.gpus_needed({"serving": {"tensor_parallel_size": 4, "pipeline_parallel_size": None}}, 2) == 2
     assert host_slots.unit_name("minimax-m25") == "vllm-minimax-m25.service"
+    assert host_slots.model_dir_candidates("minimax-m25", "0123456789abcdef" * 2 + "01234567") == [
+        "minimax-m25", "minimax-m25--0123456789ab"]
+    assert host_slots.model_dir_candidates("minimax-m25", None) == ["minimax-m25"]
     assert host_slots.unit_name("minimax-m25", "ray") == "vllm-minimax-m25-ray.service"
     for bad in ("", None, "org/model"):
         with pytest.raises(ValueError):

@@ -276,6 +276,11 @@ def test_shutdown_timeout_lets_requests_finish_and_systemd_waits_longer(tmp_path
     assert '--shutdown-timeout' not in (GOLDEN / 'vllm-tiny-llama-a.service').read_text()
 
 
+def _entry(name):
+    from ansible_collections.llmfleet.vllm.plugins.filter.catalog import catalog_entry
+    return catalog_entry(name)
+
+
 BAD_CASES = [
     ({'service_deploy_models_extra': {'minimax-m25': {'serving': {'tensor_parallel_size': 0}}}},
      "model 'minimax-m25': serving.tensor_parallel_size must be a positive integer, got 0"),
@@ -292,6 +297,9 @@ BAD_CASES = [
     ({'service_deploy_gpu_facts': {'gpu_count': 2, 'gpu_memory_mib': 97887, 'nvlink': False}},
      'minimax-m25: needs 4 GPUs (TP 4 x PP 1 x DP 1), host has 2'),
     ({'service_deploy_state': 'running'}, 'service_deploy_state'),
+    # A caller's entry (the pivot passes the one it looked up) must be the model's.
+    ({'service_deploy_entry': _entry('kimi-k25-int4')},
+     'service_deploy_entry is the catalog entry of kimi-k25-int4, not of service_deploy_model minimax-m25'),
 ]
 
 
@@ -302,6 +310,8 @@ def bad_runs(tmp_path_factory):
              for i, (variables, _message) in enumerate(BAD_CASES)}
     hosts['unknown'] = {'service_deploy_model': 'kimi-k3', 'service_deploy_render_root': str(tmp / 'root-unknown')}
     hosts['good'] = {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(tmp / 'root-good')}
+    hosts['given'] = {'service_deploy_model': 'minimax-m25', 'service_deploy_entry': _entry('minimax-m25'),
+                      'service_deploy_render_root': str(tmp / 'root-given')}
     return tmp, run_hosts(tmp, hosts)
 
 
@@ -333,3 +343,10 @@ def test_check_mode_shows_the_unit_diff_and_writes_nothing(tmp_path):
     assert report['rc'] == 0, report['raw']
     assert report['stats']['minimax-m25']['changed'] == 1 and unit.read_bytes() == before
     assert '+    --max-model-len 4096 \\\n' in report['raw']
+
+
+def test_an_entry_given_by_the_caller_renders_what_the_lookup_does(bad_runs):
+    tmp, report = bad_runs
+    unit = 'etc/systemd/system/vllm-minimax-m25.service'
+    assert report['stats']['given']['failed'] == 0
+    assert (tmp / 'root-given' / unit).read_bytes() == (tmp / 'root-good' / unit).read_bytes()
