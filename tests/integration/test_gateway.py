@@ -100,8 +100,29 @@ def _client() -> ContinuousClient:
     return ContinuousClient(GW_URL + "/v1", "chat", max_seconds=1200)
 
 
+def _gateway_status(method: str, path: str, body: dict | None = None) -> tuple:
+    conn = http.client.HTTPConnection("127.0.0.1", GW_PORT, timeout=30)
+    try:
+        conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
 def test_first_model_serves_behind_the_gateway_on_loopback(pivot):
     assert _served_through_gateway() == ("chat", 200)
+    # Only the API clients use reaches vLLM: its dev-mode and admin endpoints are the gateway's 404 (issue #33 item 4).
+    for method, path in (("POST", "/sleep?level=1"), ("POST", "/wake_up"), ("GET", "/is_sleeping"),
+                         ("POST", "/collective_rpc"), ("POST", "/reset_prefix_cache"), ("POST", "/start_profile"),
+                         ("POST", "/v1/load_lora_adapter"), ("GET", "/"), ("GET", "/docs")):
+        status, body = _gateway_status(method, path, {})
+        assert status == 404 and '"code": "path_not_allowed"' in body, (method, path, status, body)
+    for method, path, body in (("GET", "/health", None), ("GET", "/version", None), ("GET", "/metrics", None),
+                               ("GET", "/v1/models", None), ("POST", "/tokenize", {"model": "chat", "prompt": "hi"})):
+        status, answer = _gateway_status(method, path, body)
+        assert status == 200, (method, path, status, answer)
     listeners = _ssh(f"ss -Hltn 'sport = :{A_PORT}'")
     assert f"127.0.0.1:{A_PORT}" in listeners and f"0.0.0.0:{A_PORT}" not in listeners, listeners
     slot = _slot()
@@ -123,6 +144,8 @@ def test_first_model_serves_behind_the_gateway_on_loopback(pivot):
     (["-e", '{"gateway_fleet": [{"name": "h1", "address": "10.0.0.1 check\\n", "port": 8080}]}'],
      "gateway_fleet must be a list of fleet hosts, each {name (letters, digits, _ . : -), address (one IP address"),
     (["-e", "gateway_tls_cert_file=/etc/hostname"], "gateway_tls_cert_file /etc/hostname holds the private key but is mode"),
+    (["-e", '{"gateway_public_paths": ["/health", "/x acl y"]}'],
+     "gateway_public_paths and gateway_public_path_prefixes must be lists of URL paths"),
     # vLLM's unit has no capabilities (L8).
     (["-e", "pivot_port=80"], "pivot_port must be a TCP port in 1024..65535 (vLLM runs without privileges"),
 ])
