@@ -1,4 +1,5 @@
-"""Make the working tree importable as ansible_collections.llmfleet.vllm (see `make venv`)."""
+"""Make the working tree importable as ansible_collections.llmfleet.vllm (see `make venv`), and the tests' shared
+helpers in tests/ importable by their names."""
 import os
 import sys
 
@@ -9,3 +10,7 @@ if not os.path.isdir(os.path.join(COLLECTIONS_PATH, "ansible_collections", "llmf
 if COLLECTIONS_PATH not in sys.path:
     sys.path.insert(0, COLLECTIONS_PATH)
 os.environ.setdefault("ANSIBLE_CONFIG", os.path.join(REPO_ROOT, "ansible.cfg"))
+# The helpers the tests share (model_builders, installed_project) live in tests/ itself.
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+if TESTS_DIR not in sys.path:
+    sys.path.insert(0, TESTS_DIR)

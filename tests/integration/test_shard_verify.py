@@ -10,13 +10,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "unit"))
-# pylint: disable=wrong-import-position
-from test_shard_verify_builder import (  # noqa: E402
+from model_builders import (
     add_unknown_shard, build_gguf_model, build_safetensors_model, corrupt_header_json, flip_last_byte,
     header_length_past_eof, index_names_missing_file, shard_name, truncate, write_hub_manifest)
 

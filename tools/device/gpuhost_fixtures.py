@@ -1,6 +1,6 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The recordings of a GPU host pivot run (tools/device/gpuhost.sh pivot-* phases, unpacked from its gpuhost.tgz) as
-the small fixtures tests/unit/test_gpu_pivot_h200.py reads:   python3 gpuhost_fixtures.py RESDIR FIXDIR
+the small fixtures tests/unit/recordings/test_gpu_pivot_h200.py reads:   python3 gpuhost_fixtures.py RESDIR FIXDIR
 Compacts the client's request log and the NVML timeline to arrays, keeps the pivot records, the slots after each
 pivot, the play logs' summaries and failures, and the vLLM units' lifecycle lines of the journal."""
 import glob

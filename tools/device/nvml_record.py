@@ -3,7 +3,7 @@
 
 Run on a GPU host:  python3 tools/device/nvml_record.py OUT.json
 The JSON ({"calls": {key: result}, "facts": {...}, "pynvml_version": ...}) is replayed by
-tests/unit/test_gpu_facts.py, so the NVML code path is tested against a real GPU's answers.
+tests/unit/plugins/modules/test_gpu_facts.py, so the NVML code path is tested against a real GPU's answers.
 """
 from __future__ import annotations
 

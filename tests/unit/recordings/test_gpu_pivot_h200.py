@@ -12,7 +12,7 @@ import json
 import pathlib
 import re
 
-FIX = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "nvidia"
+FIX = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "nvidia"
 H200_MIB = 143771
 SHARE_MIB = int(H200_MIB * 0.40)  # the catalog entries' gpu_memory_utilization
 

@@ -13,15 +13,15 @@ import json
 import os
 import subprocess
 import sys
-import types
 
 import pytest
 
 import pynvml
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import nvidia
+from nvml_replay import ReplayNvml
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 FIX = os.path.join(REPO, "tests", "fixtures", "nvidia")
 ANSIBLE = os.path.join(os.path.dirname(sys.executable), "ansible")
 QUERY_ARG = "--query-gpu=" + ",".join(nvidia.QUERY_FIELDS)
@@ -49,42 +49,6 @@ def smi_runner(query, topo, plain, calls=None):
             return 0, fixture(plain), ""
         return 2, "", "unexpected args %r" % (args,)
     return run
-
-
-class ReplayNvml(object):
-    """Test double for pynvml replaying the calls recorded on the real H200 (no GPU here).
-
-    Unknown calls raise KeyError, so a code change that makes new NVML calls is noticed.
-    `override` replaces recorded results: {call_key: value or NVMLError code via {'__error__': n}}.
-    """
-
-    NVMLError = pynvml.NVMLError
-
-    def __init__(self, recording, override=None):
-        self.calls = dict(recording["calls"])
-        self.calls.update(override or {})
-        self.NVML_NVLINK_MAX_LINKS = recording["NVML_NVLINK_MAX_LINKS"]
-        self.NVML_FEATURE_ENABLED = pynvml.NVML_FEATURE_ENABLED
-        self.made = []
-
-    def __getattr__(self, name):
-        if not name.startswith("nvml"):
-            raise AttributeError(name)
-
-        def call(*args):
-            key = "%s(%s)" % (name, ",".join(str(a) for a in args))
-            self.made.append(key)
-            result = self.calls[key]
-            if isinstance(result, dict):
-                if "__error__" in result:
-                    raise pynvml.NVMLError(result["__error__"])
-                if "__handle__" in result:
-                    return result["__handle__"]
-                return types.SimpleNamespace(**result)
-            if name == "nvmlDeviceGetCudaComputeCapability":
-                return tuple(result)
-            return result
-        return call
 
 
 @pytest.fixture

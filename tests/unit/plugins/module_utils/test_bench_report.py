@@ -281,7 +281,7 @@ def test_cli_writes_report_and_plot(tmp_path):
     root = tmp_path / "results"
     write(root / "gpu1" / "kimi-k25" / "20261201T100000Z.json", record("kimi-k25", KIMI))
     cur = write(root / "gpu1" / "minimax-m25" / "20261202T100000Z.json", record("minimax-m25", MINIMAX, ts="20261202T100000Z"))
-    cli = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "bench_report.py")
+    cli = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "tools", "bench_report.py")
     p = subprocess.run([sys.executable, cli, cur, "--compare-to", "kimi-k25", "--results-dir", str(root),
                         "--out", str(tmp_path / "out")], capture_output=True, text=True, check=False)
     assert p.returncode == 0, p.stderr

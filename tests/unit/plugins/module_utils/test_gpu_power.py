@@ -25,7 +25,7 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.gpu_power import (
     trapezoid_joules,
 )
 
-from test_gpu_facts import FIX, ReplayNvml  # same directory (pytest prepend import mode)
+from nvml_replay import FIX, ReplayNvml
 
 
 class FakeClock(object):

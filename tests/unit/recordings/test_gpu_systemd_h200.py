@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-FIX = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "nvidia"
+FIX = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "nvidia"
 REPO = FIX.parents[2]
 
 

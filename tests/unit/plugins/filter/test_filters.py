@@ -12,7 +12,7 @@ from ansible_collections.llmfleet.vllm.plugins.filter import script_json as scri
 from ansible_collections.llmfleet.vllm.plugins.filter import throughput_gate as gate_filter
 from ansible_collections.llmfleet.vllm.plugins.filter import vllm_serve_args as args_filter
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 GIB = 1024 ** 3
 # 8x RTX PRO 6000 Blackwell, 96 GB each (97887 MiB as nvidia-smi reports), PCIe only: the hand-run host.
 BLACKWELL_BOX = {'gpu_count': 8, 'gpu_memory_mib': 97887, 'nvlink': False}

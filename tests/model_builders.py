@@ -1,5 +1,6 @@
 """Builders of real model directories (safetensors via the safetensors library, GGUF via gguf-py)
-and the faults the shard_verify tests inject into them. Shared with tests/integration."""
+and the faults the shard_verify tests inject into them. Shared by tests/unit and tests/integration
+(tests/conftest.py puts tests/ on the path)."""
 from __future__ import annotations
 
 import hashlib

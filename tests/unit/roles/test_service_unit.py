@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / 'tests' / 'golden'
 BIN = Path(sys.executable).parent
 MODELS = ('kimi-k25-int4', 'kimi-k25-nvfp4', 'minimax-m25', 'glm5-nvfp4', 'tiny-llama-a')

@@ -20,7 +20,7 @@ import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import shm_segments as shm
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 FIX = os.path.join(REPO, "tests", "fixtures", "nvidia")
 SHM = "/dev/shm"
 

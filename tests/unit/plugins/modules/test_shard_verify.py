@@ -7,7 +7,7 @@ import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import MANIFEST_FILENAME
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import VerifyError, verify_model_dir
-from test_shard_verify_builder import (
+from model_builders import (
     add_unknown_shard, build_gguf_model, build_safetensors_model, corrupt_header_json, flip_last_byte,
     header_length_past_eof, index_names_missing_file, shard_name, truncate, write_hub_manifest)
 

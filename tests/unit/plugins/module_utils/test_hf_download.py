@@ -110,7 +110,7 @@ def test_progress_counts_complete_files_and_incomplete_bytes(tmp_path):
 # (a process with its arguments), with the repo's huggingface_hub.
 
 COMMIT = "3" * 40
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 
 def _closed_port():

@@ -14,7 +14,7 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.gguf import (
     GGUFError, inspect_gguf, missing_split_parts, parse_split_name)
 from ansible_collections.llmfleet.vllm.plugins.module_utils.safetensors_header import (
     SafetensorsHeaderError, check_tensor_layout, inspect_safetensors, read_header)
-from test_shard_verify_builder import build_gguf_model
+from model_builders import build_gguf_model
 
 DTYPES = [np.float16, np.float32, np.float64, np.int8, np.uint8, np.int16, np.uint16, np.int32,
           np.uint32, np.int64, np.uint64, np.bool_, np.complex64]

@@ -9,7 +9,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-ROLES = pathlib.Path(__file__).resolve().parents[2] / "roles"
+ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
 
 
 def trusted(value):

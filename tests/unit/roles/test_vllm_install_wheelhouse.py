@@ -1,7 +1,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """vllm_install from a local wheelhouse (issue 28): the installer arguments the role computes, rendered from its real
 defaults/main.yml and vars/main.yml with ansible's Templar (the same Jinja the role runs), and the documented options.
-The install itself ran on the H200 systemd host (tests/unit/test_gpu_systemd_h200.py reads that record)."""
+The install itself ran on the H200 systemd host (tests/unit/recordings/test_gpu_systemd_h200.py reads that record)."""
 from __future__ import annotations
 
 import pathlib
@@ -12,7 +12,7 @@ import yaml
 from role_vars import render as render_vars
 from role_vars import role_variables, trusted
 
-ROLE = pathlib.Path(__file__).resolve().parents[2] / "roles" / "vllm_install"
+ROLE = pathlib.Path(__file__).resolve().parents[3] / "roles" / "vllm_install"
 
 
 def render(expr, **overrides):

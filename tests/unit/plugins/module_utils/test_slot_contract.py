@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.llmfleet.vllm.plugins.module_utils import host_slots as hs
 from ansible_collections.llmfleet.vllm.plugins.module_utils import run_owner
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 SHA1, SHA2 = "1" * 40, "2" * 40
 
 

@@ -17,7 +17,7 @@ import pytest
 from ansible_collections.llmfleet.vllm.plugins.module_utils import host_slots as hs
 from ansible_collections.llmfleet.vllm.plugins.module_utils import nvidia
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 FIX = os.path.join(REPO, "tests", "fixtures", "nvidia")
 SHA1, SHA2 = "1" * 40, "2" * 40
 

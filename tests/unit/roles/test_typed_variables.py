@@ -14,7 +14,7 @@ import re
 
 import yaml
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 EXPRESSION_KEYS = {"when", "that", "until", "failed_when", "changed_when"}
 # Play-level switches of playbooks/rollout.yml and ray-cluster.yml (documented in docs/rollout.md / multinode-ray.md).
 PLAYBOOK_BOOLEANS = {"rollout_canary", "rollout_prestage", "rollout_canary_rollback", "ray_install", "ray_verify_units",

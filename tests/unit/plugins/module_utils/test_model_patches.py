@@ -11,7 +11,7 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest impor
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import (
     ORIGINALS_RELDIR, RECORD_RELPATH, PatchError, apply, load_record)
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import verify_model_dir
-from test_shard_verify_builder import build_safetensors_model, write_hub_manifest
+from model_builders import build_safetensors_model, write_hub_manifest
 
 PATCH = {"name": "drop-fp8-kv-cache", "applies_to": "model", "target": "config.json",
          "delete_keys": ["quantization_config.kv_cache_quant_algo"], "description": "seed 001"}

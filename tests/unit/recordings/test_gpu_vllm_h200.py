@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_report as br
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_gate import parse_prometheus_counter
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 FIX = os.path.join(REPO, "tests", "fixtures", "nvidia")
 sys.path.insert(0, os.path.join(REPO, "tools", "device"))
 

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 ROLE = REPO / "roles" / "nvidia_driver"
 FIXTURES = REPO / "tests" / "fixtures" / "nvidia"
 SCRIPT = ROLE / "files" / "llmfleet-nvidia-uvm-nodes"

@@ -15,7 +15,7 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest impor
     MANIFEST_FILENAME, ManifestError, list_model_files, load_manifest, manifest_from_directory,
     manifest_from_siblings, validate_manifest, write_manifest)
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import verify_model_dir
-from test_shard_verify_builder import REPO_ID, REVISION, build_safetensors_model, hub_model_info, truncate
+from model_builders import REPO_ID, REVISION, build_safetensors_model, hub_model_info, truncate
 
 
 def test_from_hub_siblings_objects_and_dicts_agree(tmp_path):

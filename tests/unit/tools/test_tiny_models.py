@@ -10,7 +10,7 @@ import pytest
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
-TOOLS_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "tinymodels")
+TOOLS_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "tools", "tinymodels")
 sys.path.insert(0, os.path.abspath(TOOLS_DIR))
 
 import make_tiny_models  # noqa: E402

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 UNITS = ('ray-head.service', 'ray-worker.service', 'vllm-tiny-llama-a-ray.service')
 
