@@ -425,6 +425,20 @@ def intent_record(record, target, strategy, owner=None, now=None):
             'from': committed if committed.get('model') else None, 'to': dict(target, unit=unit_name(target['model']))}
 
 
+def heal_changes_slot_port(record, intent):
+    """Whether healing the slot's half-done pivot stops or starts a model on the slot's own port, so that the gateway
+    must close and drain that port first: rolling back a pivot whose new model took the slot's port (stop-then-start,
+    a revision), or rolling forward one that still has to stop the replaced model on it. Blue/green's new model is on
+    the standby port, which the gateway did not route to yet."""
+    port = (record or {}).get('port')
+    if port is None or not intent:
+        return False
+    target, origin = intent.get('to') or {}, intent.get('from') or {}
+    if intent.get('phase') != INTENT_COMMITTED:
+        return target.get('port') == port
+    return bool(origin) and origin.get('unit') != target.get('unit') and origin.get('port') == port
+
+
 def slot_units(slots):
     """The units of every slot, those of a pivot in progress included (its old and its new model)."""
     units = set()

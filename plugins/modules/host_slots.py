@@ -268,6 +268,12 @@ intent:
   description: The slot's pivot in progress (C(phase) switching or committed, C(from), C(to), C(strategy), C(since), C(owner)); null when none.
   returned: always
   type: dict
+heal_changes_slot_port:
+  description:
+    - Whether healing the slot's pivot in progress (RV(intent)) stops or starts a model on the slot's own port, which the
+      gateway must close and drain first.
+  returned: always
+  type: bool
 units:
   description: The units of every slot (to tell them from servers the collection does not manage).
   returned: always
@@ -443,6 +449,7 @@ def main():
         module.fail_json(msg=str(exc))
     result = dict(changed=False, slots=slots, slot=current, migrated=migrated, gateway=gateway,
                   gateway_source=gateway_source, intent=hs.intent_of(current),
+                  heal_changes_slot_port=hs.heal_changes_slot_port(current, hs.intent_of(current)),
                   state_dir=paths['state_dir'], records_dir=paths['records_dir'], units=hs.slot_units(slots))
     if p['action'] == 'plan':
         try:

@@ -266,3 +266,23 @@ def test_a_run_scoped_to_two_inventory_hosts_holds_two_owners_of_one_machine_loc
     held = _run_module("host_lock", {"state_dir": str(tmp_path), "owner": second})
     assert not held["acquired"] and held["holder"]["owner"]["scope"] == "gpu-1a slot a"
     assert run_owner.run_alive(held["holder"]["owner"]) is True  # alive: refused, not taken over
+
+
+@pytest.mark.parametrize("record_port, phase, origin, target, expected", [
+    (8401, "switching", {"unit": "vllm-a.service", "port": 8401}, {"unit": "vllm-b.service", "port": 8401}, True),
+    # Blue/green's new model is on the standby port: the gateway never routed there.
+    (8401, "switching", {"unit": "vllm-a.service", "port": 8401}, {"unit": "vllm-b.service", "port": 8402}, False),
+    # Committed stop-then-start: the replaced model may still run on the slot's port.
+    (8401, "committed", {"unit": "vllm-a.service", "port": 8401}, {"unit": "vllm-b.service", "port": 8401}, True),
+    # Committed blue/green: the slot serves on the new port; the old one is on the other.
+    (8402, "committed", {"unit": "vllm-a.service", "port": 8401}, {"unit": "vllm-b.service", "port": 8402}, False),
+    # A revision keeps the model's one unit: nothing else to stop.
+    (8401, "committed", {"unit": "vllm-a.service", "port": 8401}, {"unit": "vllm-a.service", "port": 8401}, False),
+    (8401, "committed", None, {"unit": "vllm-b.service", "port": 8401}, False),
+    (None, "switching", None, {"unit": "vllm-b.service", "port": 8401}, False),
+])
+def test_heal_closes_the_slot_port_when_it_stops_or_starts_a_model_there(record_port, phase, origin, target, expected):
+    intent = {"phase": phase, "from": origin, "to": target}
+    record = {"model": "b", "port": record_port, "pivot": intent}
+    assert hs.heal_changes_slot_port(record, hs.intent_of(record)) is expected
+    assert hs.heal_changes_slot_port(record, None) is False
