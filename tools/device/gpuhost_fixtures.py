@@ -1,6 +1,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The recordings of a GPU host pivot run (tools/device/gpuhost.sh pivot-* phases, unpacked from its gpuhost.tgz) as
-the small fixtures tests/unit/recordings/test_gpu_pivot_h200.py reads:   python3 gpuhost_fixtures.py RESDIR FIXDIR
+the small fixtures tests/unit/recordings/test_gpu_pivot_h200.py reads:
+    python3 gpuhost_fixtures.py RESDIR FIXDIR [NAME]     (files FIXDIR/h200-pivot[-NAME]-*)
 Compacts the client's request log and the NVML timeline to arrays, keeps the pivot records, the slots after each
 pivot, the play logs' summaries and failures, and the vLLM units' lifecycle lines of the journal."""
 import glob
@@ -10,7 +11,7 @@ import re
 import sys
 
 res, fix = sys.argv[1], sys.argv[2]
-prefix = os.path.join(fix, "h200-pivot-")
+prefix = os.path.join(fix, "h200-pivot-%s" % (sys.argv[3] + "-" if len(sys.argv) > 3 else ""))
 
 
 def write(name, text):
@@ -61,6 +62,8 @@ lines = [line for line in open(os.path.join(res, "journal-units.txt"))
          if "vllm-gpuhost" in line and keep.search(line) and "POST /v1" not in line]
 write("journal-vllm.txt", "".join(lines))
 for name in ("hub-repos.txt", "hub-publish.txt", "inspect-gpuhost-llama1b-b.json"):
+    if not os.path.exists(os.path.join(res, name)):
+        continue
     with open(os.path.join(res, name)) as handle:
         write(name.replace("gpuhost-llama1b-", ""), handle.read())
 print("\n".join(sorted(glob.glob(prefix + "*"))))

@@ -4,34 +4,41 @@
 On the systemd GPU host of tools/device/gpuhost.sh, playbooks/pivot.yml ran four times behind the host's gateway
 (HAProxy 2.6) with vLLM 0.26.0's CUDA engine on the one H200, while an `openai` client sent requests to the alias
 `chat` through the gateway and NVML was read every 0.25 s: A first; B blue/green on the same GPU; A again with a gate
-it cannot pass (rolled back); a new commit of B (stop-then-start). No GPU is needed here: the recordings
-(tests/fixtures/nvidia/h200-pivot-*, made by tools/device/gpuhost_fixtures.py) are checked for what the docs claim."""
+it cannot pass (rolled back); a new commit of B (stop-then-start). Run 5 (the same day, after the tooling and the pivot's
+GPU-memory record changed) ran the first, blue/green and new-commit pivots again and kept each pivot's record. No GPU
+is needed here: the recordings (tests/fixtures/nvidia/h200-pivot-* and h200-pivot-run5-*, made by
+tools/device/gpuhost_fixtures.py) are checked for what the docs claim."""
 from __future__ import annotations
 
 import json
 import pathlib
 import re
 
+import pytest
+
 FIX = pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "nvidia"
 H200_MIB = 143771
 SHARE_MIB = int(H200_MIB * 0.40)  # the catalog entries' gpu_memory_utilization
 
 
-def text(name):
-    return (FIX / ("h200-pivot-" + name)).read_text()
+RUNS = ("", "run5-")
 
 
-def load(name):
-    return json.loads(text(name))
+def text(name, run=""):
+    return (FIX / ("h200-pivot-" + run + name)).read_text()
 
 
-def client():
-    data = load("client.json")
+def load(name, run=""):
+    return json.loads(text(name, run))
+
+
+def client(run=""):
+    data = load("client.json", run)
     return data, [dict(zip(data["columns"], row)) for row in data["rows"]]
 
 
-def timeline():
-    data = load("nvml-timeline.json")
+def timeline(run=""):
+    data = load("nvml-timeline.json", run)
     return [dict(zip(data["columns"], row)) for row in data["rows"]]
 
 
@@ -96,9 +103,10 @@ def test_blue_green_and_the_failed_gate_shared_the_gpu_and_no_request_failed():
                      r"Desired GPU memory utilization is \(0\.4,", journal)
 
 
-def test_stop_then_start_failed_only_as_503_with_retry_after_inside_the_closed_window():
-    data, requests = client()
-    record = load("records.json")["gpuhost-llama1b-b-latest.json"]
+@pytest.mark.parametrize("run", RUNS)
+def test_stop_then_start_failed_only_as_503_with_retry_after_inside_the_closed_window(run):
+    data, requests = client(run)
+    record = load("records.json", run)["gpuhost-llama1b-b-latest.json"]
     assert record["strategy"] == "stop_start" and record["previous_model"] == record["model"] == "gpuhost-llama1b-b"
     failed = [r for r in requests if not r["ok"]]
     assert len(failed) == data["failed"] > 0
@@ -109,9 +117,10 @@ def test_stop_then_start_failed_only_as_503_with_retry_after_inside_the_closed_w
     assert 0 < record["downtime_s"] < record["gateway_opened_at"] - record["gateway_closed_at"]
 
 
-def test_between_the_stop_and_the_start_the_gpu_was_free_before_the_new_engine_allocated():
-    record = load("records.json")["gpuhost-llama1b-b-latest.json"]
-    rows = timeline()
+@pytest.mark.parametrize("run", RUNS)
+def test_between_the_stop_and_the_start_the_gpu_was_free_before_the_new_engine_allocated(run):
+    record = load("records.json", run)["gpuhost-llama1b-b-latest.json"]
+    rows = timeline(run)
     (start, end), = spans(rows, 0)  # the only time no engine held the GPU
     idle = [r for r in rows if start <= r["t"] <= end]
     assert max(r["used_mib"] for r in idle) < 1024  # the driver's own reservation: nothing of the old engine left
@@ -137,3 +146,26 @@ def test_the_records_and_journal_show_the_cuda_engine_on_the_slots_gpu():
     assert inspect["security"]["exposure"] <= 4.0
     assert inspect["unit_props"]["User"] == "vllm" and inspect["unit_props"]["DevicePolicy"] == "closed"
     assert inspect["openai_requests"]["failed"] == 0 and "chat" in inspect["openai_requests"]["models"]
+
+
+def test_run5_blue_green_record_shares_gpu0_after_reading_its_memory_beside_the_old_engine():
+    records = load("records.json", "run5-")
+    green = records["pivot-bluegreen-record.json"]
+    assert (green["strategy"], green["previous_model"], green["model"]) == ("blue_green", "gpuhost-llama1b-a",
+                                                                           "gpuhost-llama1b-b")
+    assert green["gpu_ids"] == [0] and green["downtime_s"] == 0.0
+    memory = green["gpu_memory_at_start"]
+    assert memory["ok"] and memory["shared_gpu_ids"] == [0]
+    (gpu,) = memory["checked"]
+    # Read with the old engine holding its 0.40: free was short of the whole GPU by about that share, and held the new one.
+    assert SHARE_MIB <= gpu["free_mib"] < H200_MIB - SHARE_MIB + 2048 and gpu["needed_mib"] == SHARE_MIB
+    # Two engines on GPU 0 from right after that reading until the old one stopped, and no client request failed then.
+    rows = timeline("run5-")
+    (start, end), = spans(rows, 2)
+    assert memory["at"] <= start and end - start > 30
+    data, requests = client("run5-")
+    assert all(r["ok"] for r in requests if r["end"] < data["first_failure_at"]) and end < data["first_failure_at"]
+    first = records["pivot-first-record.json"]
+    assert (first["strategy"], first["gpu_memory_at_start"]["shared_gpu_ids"]) == ("new", [])
+    revision = records["pivot-revision-record.json"]
+    assert revision == records["gpuhost-llama1b-b-latest.json"] and revision["strategy"] == "stop_start"
