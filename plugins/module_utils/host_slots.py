@@ -145,7 +145,7 @@ def model_dir_name(model, commit, commit_in_dir):
     directory is missing or has no manifest). A directory holds one revision and is never written with another:
     <model> is used while it is free or holds this commit, otherwise the pinned name.
     """
-    if commit is None:
+    if not commit:
         return model
     pinned = model_dir_candidates(model, commit)[1]
     for name in (model, pinned):
@@ -246,7 +246,7 @@ def assign_gpus(slot, needed, gpu_facts, slots, requested=None, memory_fraction=
     prefer = set() if beside else own
     if len(candidates) < needed and beside:
         candidates = [i for i in gpus if why_not(i, True) is None]
-        prefer = {i for i in gpus if i not in own}  # as few shared GPUs as will do
+        prefer = {i for i in gpus if i not in own}  # after the cheapest links, the fewest shared GPUs
     if len(candidates) < needed:
         reasons = [why_not(i, True) for i in sorted(gpus) if why_not(i, True)]
         detail = (': ' + '; '.join(reasons)) if reasons else ''

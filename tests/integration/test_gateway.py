@@ -116,7 +116,8 @@ def test_first_model_serves_behind_the_gateway_on_loopback(pivot):
     # Only the API clients use reaches vLLM: its dev-mode and admin endpoints are the gateway's 404 (issue #33 item 4).
     for method, path in (("POST", "/sleep?level=1"), ("POST", "/wake_up"), ("GET", "/is_sleeping"),
                          ("POST", "/collective_rpc"), ("POST", "/reset_prefix_cache"), ("POST", "/start_profile"),
-                         ("POST", "/v1/load_lora_adapter"), ("GET", "/"), ("GET", "/docs")):
+                         ("POST", "/v1/load_lora_adapter"), ("POST", "/v1/%6coad_lora_adapter"), ("POST", "/%73leep"),
+                         ("GET", "/"), ("GET", "/docs")):
         status, body = _gateway_status(method, path, {})
         assert status == 404 and '"code": "path_not_allowed"' in body, (method, path, status, body)
     for method, path, body in (("GET", "/health", None), ("GET", "/version", None), ("GET", "/metrics", None),
