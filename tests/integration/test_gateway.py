@@ -63,10 +63,17 @@ def _main_pid(model: str) -> str:
 
 
 def _served_through_gateway() -> str:
-    with urllib.request.urlopen(urllib.request.Request(
-            GW_URL + "/v1/completions", data=json.dumps({"model": "chat", "prompt": "hi", "max_tokens": 2}).encode(),
-            headers={"Content-Type": "application/json"}), timeout=30) as resp:
-        return json.load(resp)["model"], resp.status
+    try:
+        with urllib.request.urlopen(urllib.request.Request(
+                GW_URL + "/v1/completions", data=json.dumps({"model": "chat", "prompt": "hi", "max_tokens": 2}).encode(),
+                headers={"Content-Type": "application/json"}), timeout=30) as resp:
+            return json.load(resp)["model"], resp.status
+    except urllib.error.HTTPError as exc:  # what answered, and what the server's journal says
+        raise AssertionError("%s %s\n%s" % (exc.code, exc.read()[:2000], _ssh(
+            "systemctl status --no-pager vllm-tiny-llama-a.service vllm-tiny-llama-b.service | head -30;"
+            " journalctl --no-pager -o cat -u vllm-tiny-llama-a.service --since \"$(systemctl show -P ActiveEnterTimestamp"
+            " vllm-tiny-llama-a.service)\" | grep -v 'Route: ' | grep -A60 -m1 'EngineCore pid=[0-9]*) ERROR\\|Traceback'"
+            " | head -90"))) from exc
 
 
 @pytest.fixture(scope="module")

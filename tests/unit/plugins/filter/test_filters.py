@@ -34,7 +34,7 @@ GLM_AGENT = ('--trust-remote-code --tool-call-parser glm47 --enable-auto-tool-ch
 
 
 TINY = ('--served-model-name tiny-llama-a --tensor-parallel-size 1 --distributed-executor-backend uni'
-        ' --kv-cache-memory-bytes 67108864 --max-model-len 256 --enforce-eager')
+        ' --kv-cache-memory-bytes 67108864 --max-model-len 256 --dtype float32 --enforce-eager')
 # Every catalog entry and profile (the test below checks none is missing), as ExecStart= shows it.
 SERVE_LINES = [
     ('kimi-k25-int4', None, '--served-model-name kimi-k25-int4 --tensor-parallel-size 8 --gpu-memory-utilization 0.93'

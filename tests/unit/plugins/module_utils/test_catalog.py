@@ -49,7 +49,7 @@ def test_seed_facts_from_the_hand_run_notes():
         entry = SHIPPED[name]
         assert entry['engine'] == 'cpu' and entry['repo'] == 'llmfleet-test/' + name
         assert entry['serving'] == {'tensor_parallel_size': 1, 'max_model_len': 256, 'enforce_eager': True,
-                                    'kv_cache_memory_bytes': 64 * 2**20,
+                                    'kv_cache_memory_bytes': 64 * 2**20, 'dtype': 'float32',
                                     'distributed_executor_backend': 'uni', 'environment': {'VLLM_ENABLE_V1_MULTIPROCESSING': 0}}
         assert entry['profiles'] == {'tools': {'enable_auto_tool_choice': True, 'tool_call_parser': 'hermes'}}
         assert entry['architecture']['num_attention_heads'] // entry['architecture']['num_key_value_heads'] == 2
