@@ -151,8 +151,8 @@ def test_the_records_and_journal_show_the_cuda_engine_on_the_slots_gpu():
 def test_run5_blue_green_record_shares_gpu0_after_reading_its_memory_beside_the_old_engine():
     records = load("records.json", "run5-")
     green = records["pivot-bluegreen-record.json"]
-    assert (green["strategy"], green["previous_model"], green["model"]) == ("blue_green", "gpuhost-llama1b-a",
-                                                                           "gpuhost-llama1b-b")
+    expected = ("blue_green", "gpuhost-llama1b-a", "gpuhost-llama1b-b")
+    assert (green["strategy"], green["previous_model"], green["model"]) == expected
     assert green["gpu_ids"] == [0] and green["downtime_s"] == 0.0
     memory = green["gpu_memory_at_start"]
     assert memory["ok"] and memory["shared_gpu_ids"] == [0]
