@@ -107,7 +107,7 @@ def _client() -> ContinuousClient:
     return ContinuousClient(GW_URL + "/v1", "chat", max_seconds=1200)
 
 
-def _gateway_status(method: str, path: str, body: dict | None = None) -> tuple:
+def _gateway_answer(method: str, path: str, body: dict | None = None) -> tuple:
     conn = http.client.HTTPConnection("127.0.0.1", GW_PORT, timeout=30)
     try:
         conn.request(method, path, body=json.dumps(body) if body is not None else None,
@@ -125,11 +125,11 @@ def test_first_model_serves_behind_the_gateway_on_loopback(pivot):
                          ("POST", "/collective_rpc"), ("POST", "/reset_prefix_cache"), ("POST", "/start_profile"),
                          ("POST", "/v1/load_lora_adapter"), ("POST", "/v1/%6coad_lora_adapter"), ("POST", "/%73leep"),
                          ("GET", "/"), ("GET", "/docs")):
-        status, body = _gateway_status(method, path, {})
+        status, body = _gateway_answer(method, path, {})
         assert status == 404 and '"code": "path_not_allowed"' in body, (method, path, status, body)
     for method, path, body in (("GET", "/health", None), ("GET", "/version", None), ("GET", "/metrics", None),
                                ("GET", "/v1/models", None), ("POST", "/tokenize", {"model": "chat", "prompt": "hi"})):
-        status, answer = _gateway_status(method, path, body)
+        status, answer = _gateway_answer(method, path, body)
         assert status == 200, (method, path, status, answer)
     listeners = _ssh(f"ss -Hltn 'sport = :{A_PORT}'")
     assert f"127.0.0.1:{A_PORT}" in listeners and f"0.0.0.0:{A_PORT}" not in listeners, listeners
