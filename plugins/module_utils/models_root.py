@@ -6,8 +6,8 @@ model directories each host sharing it serves. The one reading of a models root 
 fit_check.disk_plan.
 
 Hosts that share a root (llmfleet_storage_group) each keep a record ROOT/.llmfleet/serving/<host>.json (the pivot:
-{host, dirs: [names under ROOT]}; records of older releases name one {model}); playbooks/ray-cluster.yml keeps
-<host>.ray.json the same way. Dot dirs are never model dirs.
+{host, dirs: [names under ROOT]}; records of older releases name one {model}); roles/ray_cluster keeps
+<host>.ray.json the same way (serving_record_path names both). Dot dirs are never model dirs.
 """
 from __future__ import annotations
 
@@ -65,6 +65,17 @@ def model_dirs(root, exclude=None):
         found.append({'path': path, 'size_bytes': dir_usage(path)[0], 'mtime': os.stat(path).st_mtime})
     found.sort(key=lambda c: (c['mtime'], c['path']))
     return found
+
+
+def serving_record_path(root, host, variant=None):
+    """ROOT/.llmfleet/serving/<host>.json, or <host>.<variant>.json for another way of serving (variant ray): the one
+    place a serving record's path is spelt; served_by reads every record there."""
+    if not host or '/' in host or host.startswith('.'):
+        raise ValueError('serving_record_path: host must be an inventory host name, got %r' % (host,))
+    if variant is not None and (not variant or not variant.isalnum()):
+        raise ValueError('serving_record_path: variant must be letters and digits, got %r' % (variant,))
+    name = host + ('.' + variant if variant else '') + '.json'
+    return os.path.join(os.path.normpath(root), SERVING_RECORDS, name)
 
 
 def served_by(root):

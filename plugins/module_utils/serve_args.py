@@ -132,7 +132,7 @@ _HOSTNAME = re.compile(r'\A(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z
 def bind_host(requested, gateway=False, api_key=False, variable='bind_host'):
     """The address vLLM listens on (--host): the one owner of that default.
 
-    requested (pivot_bind_host, ray_bind_host, service_deploy_host) wins when given: an IP address or a host name.
+    requested (pivot_bind_host, ray_cluster_bind_host, service_deploy_host) wins when given: an IP address or a host name.
     Otherwise loopback behind the gateway (HAProxy on the host forwards to it) and whenever no API key is set: an
     OpenAI-compatible API without a key is never opened on every interface by default. With a key and no gateway,
     every interface (0.0.0.0): the key guards /v1/*; /metrics, /health and /tokenize stay open to whoever can reach it.

@@ -21,6 +21,7 @@ A tiny model starts in ~20 s alone and a few minutes beside the other test strea
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pathlib
@@ -279,12 +280,26 @@ def test_6_failure_within_max_fail_percentage_continues(fleet):
     print(report)
 
 
-# --- Multi-node Ray (playbooks/ray-cluster.yml): what the CPU test bed can check -------------------------
+# --- Multi-node Ray (playbooks/ray-cluster.yml, roles/ray_cluster): what the CPU test bed can check ---------
 # Two test hosts (the vLLM CPU image) become a Ray head and a worker: Ray is installed into the vLLM venv,
 # the units are rendered and pass `systemd-analyze verify`, the head starts first, the worker joins, and
-# the play waits until `ray status` lists both nodes. vLLM itself is not started over Ray (ray_serve=false):
-# a real multi-node vLLM run needs GPUs on several hosts (docs/multinode-ray.md).
+# the play waits until `ray status` lists both nodes. vLLM itself is not started over Ray (ray_cluster_serve=false):
+# a real multi-node vLLM run needs GPUs on several hosts (docs/multinode-ray.md); a Ray driver runs in the vLLM
+# unit's own sandbox instead.
 RAY_HOSTS = {"fleet-ray1": "2274", "fleet-ray2": "2275"}
+DRIVER_CHECK = r"""
+import re, subprocess
+unit = open('/etc/systemd/system/vllm-tiny-llama-a-ray.service').read()
+unit = re.sub(r'^ExecStart=(.*\\\n)*.*\n', 'ExecStart=/opt/vllm/bin/python -c "import ray; ray.init(log_to_driver=False); '
+              'print(\'nodes\', sum(n[\'Alive\'] for n in ray.nodes()), \'task\', ray.get(ray.remote(lambda: 41 + 1).remote()))"\n',
+              unit, count=1, flags=re.M)
+unit = unit.replace('Type=exec', 'Type=oneshot').replace('Restart=on-failure', 'Restart=no')
+open('/run/systemd/system/ray-driver-check.service', 'w').write(unit)
+subprocess.run(['systemctl', 'daemon-reload'], check=True)
+start = subprocess.run(['systemctl', 'start', 'ray-driver-check.service'], capture_output=True, text=True)
+log = subprocess.run(['journalctl', '-u', 'ray-driver-check.service', '-o', 'cat', '--no-pager'], capture_output=True, text=True)
+print(start.returncode, start.stderr, log.stdout[-3000:])
+"""
 
 
 @pytest.fixture(scope="module")
@@ -293,15 +308,15 @@ def ray_cluster(tmp_path_factory, image):
     os.symlink(os.path.join(REPO, "inventory", "testbed", "group_vars"), inv / "group_vars")
     head, worker = RAY_HOSTS
     (inv / "hosts.yml").write_text(
-        "all:\n  vars:\n    ray_node_ip: 127.0.0.1\n    ray_port: 6391\n    ray_num_gpus: 0\n    ray_prestage: false\n"
-        "    ray_serve: false\n  children:\n"
+        "all:\n  vars:\n    ray_cluster_node_ip: 127.0.0.1\n    ray_cluster_port: 6391\n    ray_cluster_num_gpus: 0\n"
+        "    ray_cluster_prestage: false\n    ray_cluster_serve: false\n  children:\n"
         f"    ray_head:\n      hosts:\n        {head}: {{ansible_port: {RAY_HOSTS[head]}}}\n"
         f"    ray_workers:\n      hosts:\n        {worker}: {{ansible_port: {RAY_HOSTS[worker]}}}\n")
 
     def run(*extra: str) -> subprocess.CompletedProcess:
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
         return subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inv),
-                               os.path.join(REPO, "playbooks", "ray-cluster.yml"), "-e", "ray_model=tiny-llama-a", *extra],
+                               os.path.join(REPO, "playbooks", "ray-cluster.yml"), "-e", "ray_cluster_model=tiny-llama-a", *extra],
                               capture_output=True, text=True, env=env, cwd=REPO, check=False)
 
     try:
@@ -321,8 +336,8 @@ def test_ray_cluster_units_verify_and_nodes_join_in_order(ray_cluster):
     assert result.returncode == 0, _tail(result)
     assert "Verify the units with systemd-analyze" in out
     # Ordering: head first, then the workers join, then the wait for every node.
-    assert out.index("TASK [Start ray-head.service]") < out.index("TASK [Start ray-worker.service]") \
-        < out.index("TASK [Wait until `ray status` lists every node: 2]")
+    assert out.index("ray_cluster : Start ray-head.service]") < out.index("ray_cluster : Start ray-worker.service]") \
+        < out.index("ray_cluster : Wait until `ray status` lists every node: 2]")
     head, worker = RAY_HOSTS
     assert _ssh(head, "systemctl", "is-active", "ray-head.service") == "active"
     assert _ssh(worker, "systemctl", "is-active", "ray-worker.service") == "active"
@@ -343,25 +358,25 @@ def test_ray_cluster_units_verify_and_nodes_join_in_order(ray_cluster):
         assert json.loads(_ssh(host, "cat", f"/srv/models/.llmfleet/serving/{host}.ray.json")) == {
             "host": host, "dirs": ["tiny-llama-a"]}
     assert "session_latest" in _ssh(head, "ls", "/var/lib/llmfleet-ray/tmp")
-    # A driver in a unit of its own with a private /tmp (as vllm-<model>-ray.service runs) joins the cluster through
-    # RAY_ADDRESS and runs a task on it.
-    driver = _ssh(head, "timeout", "300", "systemd-run", "--wait", "--pipe", "--quiet", "-p", "PrivateTmp=true",
-                  "-p", "User=vllm", "-p", "Environment=HOME=/var/lib/llmfleet-ray", "-p", "WorkingDirectory=/var/lib/llmfleet-ray",
-                  "/opt/vllm/bin/python", "-c", "'import ray; ray.init(address=\"127.0.0.1:6391\", log_to_driver=False);"
-                  " print(\"nodes\", sum(n[\"Alive\"] for n in ray.nodes()), \"task\", ray.get(ray.remote(lambda: 41 + 1).remote()))'")
+    # The vLLM unit's own file, its ExecStart swapped for a Ray driver (vLLM's part the CPU test bed cannot run over
+    # Ray): in service_deploy's strict sandbox, with the unit's environment file (RAY_ADDRESS) and after its
+    # ExecStartPre= (shm cleanup, every node joined), the driver joins the cluster and runs a task on it.
+    driver = _ssh(head, "echo", base64.b64encode(DRIVER_CHECK.encode()).decode(), "|", "base64", "-d", "|",
+                  "timeout", "300", "python3", "-")
     assert "nodes 2 task 42" in driver, driver
     # A second run changes nothing (no restart of the head or the worker).
     again = ray_cluster()
     assert again.returncode == 0, _tail(again)
     assert "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-3000:]
-    # With ray_api_key (rendered only): the key is in the vLLM unit's 0600 root-only environment file, nowhere else;
-    # vLLM then listens on every interface.
-    keyed = ray_cluster("-e", "ray_api_key=ray-secret-4711", "-e", "ray_cluster_state=present", "-e", "ray_install=false")
+    # With ray_cluster_api_key (rendered only): the key is in the vLLM unit's 0600 root-only environment file, nowhere
+    # else; vLLM then listens on every interface.
+    keyed = ray_cluster("-e", "ray_cluster_api_key=ray-secret-4711", "-e", "ray_cluster_state=present",
+                        "-e", "ray_cluster_install=false")
     assert keyed.returncode == 0, _tail(keyed)
     assert "ray-secret-4711" not in keyed.stdout + keyed.stderr
     unit = _ssh(head, "cat", "/etc/systemd/system/vllm-tiny-llama-a-ray.service")
-    assert "--host 0.0.0.0" in unit and "ray-secret-4711" not in unit and "EnvironmentFile=/etc/llmfleet/vllm-ray.env" in unit
-    assert _ssh(head, "stat", "-c", "'%a %U'", "/etc/llmfleet/vllm-ray.env") == "600 root"
-    assert _ssh(head, "cat", "/etc/llmfleet/vllm-ray.env").endswith('VLLM_API_KEY="ray-secret-4711"')
+    assert "--host 0.0.0.0" in unit and "ray-secret-4711" not in unit and "EnvironmentFile=/etc/llmfleet/vllm-tiny-llama-a-ray.env" in unit
+    assert _ssh(head, "stat", "-c", "'%a %U'", "/etc/llmfleet/vllm-tiny-llama-a-ray.env") == "600 root"
+    assert 'VLLM_API_KEY="ray-secret-4711"' in _ssh(head, "cat", "/etc/llmfleet/vllm-tiny-llama-a-ray.env")
     assert "ray-secret-4711" not in _ssh(head, "cat", "/etc/llmfleet/ray.env")
-    assert _ssh(worker, "test", "-e", "/etc/llmfleet/vllm-ray.env", "||", "echo", "absent") == "absent"
+    assert _ssh(worker, "test", "-e", "/etc/llmfleet/vllm-tiny-llama-a-ray.env", "||", "echo", "absent") == "absent"

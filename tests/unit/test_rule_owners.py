@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from ansible_collections.llmfleet.vllm.plugins.module_utils import catalog, host_slots, results_paths
+from ansible_collections.llmfleet.vllm.plugins.module_utils import catalog, host_slots, models_root, results_paths
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCANNED = ("roles", "playbooks", "plugins", "tools", "bench")
@@ -28,6 +28,9 @@ RULES = {
     "the directory of a model pinned to a commit <model>--<commit12>": (
         "plugins/module_utils/host_slots.py",
         [r"['\"]%s--%s['\"]", r"~\s*['\"]--['\"]\s*~", r"\}--\{", r"\+\s*['\"]--['\"]\s*\+"]),
+    "a host's serving record in the models root <root>/.llmfleet/serving/<host>.json": (
+        "plugins/module_utils/models_root.py",
+        [r"\}\}/\.llmfleet/serving", r"\.llmfleet/serving/\{", r"['\"]\.llmfleet['\"]\s*,\s*['\"]serving['\"]"]),
     "the unit that serves a model vllm-<model>.service": (
         "plugins/module_utils/host_slots.py",
         [r"vllm-(\{\{[^}]*\}\}|%s|\{[a-z_]+\})(-[a-z]+)?\.(service|env)\b", r"['\"]vllm-['\"]\s*[~+%]",
@@ -83,6 +86,14 @@ def test_the_rule_is_built_only_by_its_owner(rule):
     ("the directory of a model pinned to a commit <model>--<commit12>",
      "model_dir: \"{{ pivot_models_root }}/{{ pivot_model ~ '--' ~ model_fetch_commit[:12] }}\""),
     ("the directory of a model pinned to a commit <model>--<commit12>", 'pinned = f"{model}--{commit[:12]}"'),
+    ("a host's serving record in the models root <root>/.llmfleet/serving/<host>.json",
+     '    dest: "{{ pivot_models_root }}/.llmfleet/serving/{{ inventory_hostname }}.json"'),
+    ("a host's serving record in the models root <root>/.llmfleet/serving/<host>.json",
+     '            dest: "{{ ray__models_root }}/.llmfleet/serving/{{ inventory_hostname }}.ray.json"'),
+    ("a host's serving record in the models root <root>/.llmfleet/serving/<host>.json",
+     "    path: \"{{ pivot_models_root }}/.llmfleet/serving\""),
+    ("a host's serving record in the models root <root>/.llmfleet/serving/<host>.json",
+     "    record = os.path.join(root, '.llmfleet', 'serving', host + '.json')"),
     ("the unit that serves a model vllm-<model>.service", "service_deploy__unit: vllm-{{ service_deploy__name }}.service"),
     ("the unit that serves a model vllm-<model>.service", 'env: "{{ service_deploy_env_dir }}/vllm-{{ service_deploy__name }}.env"'),
     ("the unit that serves a model vllm-<model>.service", "    ray__serve_unit: vllm-{{ ray_model }}-ray.service"),
@@ -104,6 +115,11 @@ def test_the_owners_spell_the_rules():
         "minimax-m25", "minimax-m25--0123456789ab"]
     assert host_slots.model_dir_candidates("minimax-m25", None) == ["minimax-m25"]
     assert host_slots.unit_name("minimax-m25", "ray") == "vllm-minimax-m25-ray.service"
+    assert models_root.serving_record_path("/srv/models/", "gpu1") == "/srv/models/.llmfleet/serving/gpu1.json"
+    assert models_root.serving_record_path("/srv/models", "gpu1", "ray") == "/srv/models/.llmfleet/serving/gpu1.ray.json"
+    for host, variant in (("", None), ("../x", None), (".x", None), ("gpu1", "../x"), ("gpu1", "")):
+        with pytest.raises(ValueError):
+            models_root.serving_record_path("/srv/models", host, variant)
     for bad in ("", None, "org/model"):
         with pytest.raises(ValueError):
             results_paths.pivot_record_path("results", "gpu1", bad)

@@ -16,9 +16,8 @@ import yaml
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 EXPRESSION_KEYS = {"when", "that", "until", "failed_when", "changed_when"}
-# Play-level switches of playbooks/rollout.yml and ray-cluster.yml (documented in docs/rollout.md / multinode-ray.md).
-PLAYBOOK_BOOLEANS = {"rollout_canary", "rollout_prestage", "rollout_canary_rollback", "ray_install", "ray_verify_units",
-                     "ray_serve"}
+# Play-level switches of playbooks/rollout.yml (documented in docs/rollout.md).
+PLAYBOOK_BOOLEANS = {"rollout_canary", "rollout_prestage", "rollout_canary_rollback"}
 # A nullable boolean handed whole to a module option that parses it (true/false strings, null for "not given"):
 # llmfleet.vllm.host_slots' `gateway` (module_utils/host_slots.as_bool, unit-tested in test_slot_contract.py).
 PARSED_BY_MODULE = re.compile(r"\A{{\s*pivot_gateway(\s*\|\s*default\(none\))?\s*}}\Z")

@@ -572,12 +572,15 @@ def test_roles_take_the_bind_host_from_the_one_rule():
     """No role or playbook spells the default listen address itself: all go through vllm_bind_host."""
     import re
     files = [REPO / 'roles' / 'pivot' / 'vars' / 'main.yml', REPO / 'roles' / 'service_deploy' / 'vars' / 'main.yml',
-             REPO / 'playbooks' / 'ray-cluster.yml']
+             REPO / 'roles' / 'ray_cluster' / 'tasks' / 'validate.yml']
     for path in files:
         text = path.read_text()
         assert 'vllm_bind_host' in text and "'0.0.0.0'" not in text, path
     assert re.search(r'^service_deploy_host: ""$', (REPO / 'roles/service_deploy/defaults/main.yml').read_text(), re.M)
     assert re.search(r'^pivot_bind_host: ""$', (REPO / 'roles/pivot/defaults/main.yml').read_text(), re.M)
+    # The Ray cluster's vLLM unit is service_deploy's: its address is service_deploy_host, from ray_cluster_bind_host.
+    assert 'service_deploy_host: "{{ ray_cluster_bind_host }}"' in (REPO / 'roles/ray_cluster/tasks/serve_unit.yml').read_text()
+    assert re.search(r'^ray_cluster_bind_host: ""$', (REPO / 'roles/ray_cluster/defaults/main.yml').read_text(), re.M)
 
 
 # --- docs ----------------------------------------------------------------------------------------------------------
