@@ -31,6 +31,9 @@ RULES = {
     "a host's serving record in the models root <root>/.llmfleet/serving/<host>.json": (
         "plugins/module_utils/models_root.py",
         [r"\}\}/\.llmfleet/serving", r"\.llmfleet/serving/\{", r"['\"]\.llmfleet['\"]\s*,\s*['\"]serving['\"]"]),
+    "a playbook run's slot and results folder when -e and the inventory say none": (
+        "playbooks/vars/run_defaults.yml",
+        [r"\bslot\s*\|\s*default\(pivot_slot", r"pivot_controller_results_dir\s*\|\s*default\("]),
     "the unit that serves a model vllm-<model>.service": (
         "plugins/module_utils/host_slots.py",
         [r"vllm-(\{\{[^}]*\}\}|%s|\{[a-z_]+\})(-[a-z]+)?\.(service|env)\b", r"['\"]vllm-['\"]\s*[~+%]",
@@ -94,6 +97,10 @@ def test_the_rule_is_built_only_by_its_owner(rule):
      "    path: \"{{ pivot_models_root }}/.llmfleet/serving\""),
     ("a host's serving record in the models root <root>/.llmfleet/serving/<host>.json",
      "    record = os.path.join(root, '.llmfleet', 'serving', host + '.json')"),
+    ("a playbook run's slot and results folder when -e and the inventory say none",
+     "        slot: \"{{ slot | default(pivot_slot | default(omit), true) }}\""),
+    ("a playbook run's slot and results folder when -e and the inventory say none",
+     "    rollout__results_dir: \"{{ pivot_controller_results_dir | default(lookup('llmfleet.vllm.results_dir')) }}\""),
     ("the unit that serves a model vllm-<model>.service", "service_deploy__unit: vllm-{{ service_deploy__name }}.service"),
     ("the unit that serves a model vllm-<model>.service", 'env: "{{ service_deploy_env_dir }}/vllm-{{ service_deploy__name }}.env"'),
     ("the unit that serves a model vllm-<model>.service", "    ray__serve_unit: vllm-{{ ray_model }}-ray.service"),
