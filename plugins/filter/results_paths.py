@@ -18,6 +18,14 @@ def pivot_record_path(results_dir, host, model):
         raise AnsibleFilterError('pivot_record_path: %s' % exc)
 
 
+def parity_record_path(results_dir, host, model, digest):
+    try:
+        return results_paths.parity_record_path(results_dir, host, model, digest)
+    except ValueError as exc:
+        raise AnsibleFilterError('parity_record_path: %s' % exc)
+
+
 class FilterModule:
     def filters(self):
-        return {'pivot_records_dir': pivot_records_dir, 'pivot_record_path': pivot_record_path}
+        return {'pivot_records_dir': pivot_records_dir, 'pivot_record_path': pivot_record_path,
+                'parity_record_path': parity_record_path}

@@ -48,6 +48,21 @@ REPO = _Kind('a Hugging Face repo id "owner/name"', lambda v: isinstance(v, str)
 STR_LIST = _Kind('a list of strings', lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v))
 NAMES = _Kind('a string or a list of non-empty strings',
               lambda v: (isinstance(v, str) and v != '') or (isinstance(v, list) and v != [] and all(STR.test(i) for i in v)))
+
+
+def _compiles(value):
+    if not isinstance(value, str) or value == '':
+        return False
+    try:
+        re.compile(value)
+    except re.error:
+        return False
+    return True
+
+
+REGEX = _Kind('a regular expression (Python re syntax)', _compiles)
+PROBE_NAME = _Kind('a probe name (a-z, 0-9, _ and -; up to 41 characters)',
+                   lambda v: isinstance(v, str) and bool(re.match(r'^[a-z0-9][a-z0-9_-]{0,40}\Z', v)))
 ENV = _Kind('a mapping of VARIABLE_NAME to a string, number, boolean or null',
             lambda v: isinstance(v, dict) and all(isinstance(k, str) and ENV_KEY_RE.match(k) for k in v)
             and all(v2 is None or isinstance(v2, (str, int, float, bool)) for v2 in v.values()))
@@ -186,11 +201,21 @@ ENTRY = {
         'thresholds': (ListOf({'concurrency': (POS_INT, True), 'min_output_tok_s': (POS_NUM, True)}), False),
         'observed': (ListOf({'concurrency': (POS_INT, True), 'output_tok_s': (POS_NUM, True), 'setup': (STR, False)}), False),
     }, False),
+    # Golden-answer parity (module_utils/answer_parity.py): the prompts every start of the model answers greedily;
+    # expect, a pattern its answer must match, and tool_probe are known answers, checked only on real weights.
+    'probes': (ListOf({'name': (PROBE_NAME, True), 'prompt': (STR, True), 'expect': (REGEX, False)}), False),
+    'tool_probe': ({
+        'prompt': (STR, True),
+        'tool': ({'name': (STR, True), 'description': (STR, False), 'parameters': (JSON_MAP, True)}, True),
+    }, False),
+    # Test models with random weights: their answers are compared, never checked against known answers.
+    'random_weights': (BOOL, False),
     'notes': (STR, False),
 }
 
 # Filled in by get() so that consumers never need `| default(...)` for these.
-ENTRY_DEFAULTS = {'allow_patterns': [], 'ignore_patterns': [], 'patches': [], 'profiles': {}, 'benchmark': {}}
+ENTRY_DEFAULTS = {'allow_patterns': [], 'ignore_patterns': [], 'patches': [], 'profiles': {}, 'benchmark': {}, 'probes': [],
+                  'tool_probe': None, 'random_weights': False}
 SERVING_DEFAULTS = {'extra_args': [], 'environment': {}}
 
 
@@ -269,6 +294,9 @@ def _cross_checks(entry):
         errors.append('architecture.active_params (%s) must not exceed total_params (%s)' % (active, total))
     if arch.get('index_topk') and arch['attention'] != 'mla':
         errors.append('architecture.index_topk (DeepSeek sparse attention) only exists on mla models')
+    names = [probe['name'] for probe in entry.get('probes', [])]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        errors.append('probes: the name %s is used more than once' % _show(name))
     for i, patch in enumerate(entry.get('patches', [])):
         if patch.get('delete_keys') and patch['applies_to'] != 'model':
             errors.append('patches[%d].delete_keys only applies to model files (applies_to: model)' % i)

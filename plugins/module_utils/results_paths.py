@@ -1,7 +1,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The layout of the controller's results folder (the lookup llmfleet.vllm.results_dir finds the folder): the one
-owner of where a host's pivot records lie, which the pivot writes and the rollout, its canary gate, the benches and
-the tests read."""
+owner of where a host's pivot records and golden answers lie, which the pivot writes and the rollout, its canary gate,
+the parity check, the benches and the tests read."""
 from __future__ import annotations
 
 import json
@@ -9,6 +9,7 @@ import os
 
 PIVOTS_DIR = 'pivots'
 LATEST_SUFFIX = '-latest.json'
+PARITY_DIR = 'parity'
 
 
 def pivot_records_dir(results_dir, host):
@@ -21,6 +22,15 @@ def pivot_record_path(results_dir, host, model):
     if not model or '/' in str(model):
         raise ValueError('a pivot record is named after a catalog model name (no "/"); got %s' % json.dumps(model))
     return os.path.join(pivot_records_dir(results_dir, host), str(model) + LATEST_SUFFIX)
+
+
+def parity_record_path(results_dir, host, model, digest):
+    """<results>/<host>/parity/<model>-<digest>.json: the golden answers of ``model`` on the host under one parity key."""
+    if not model or '/' in str(model):
+        raise ValueError('a parity record is named after a catalog model name (no "/"); got %s' % json.dumps(model))
+    if not digest or not str(digest).isalnum():
+        raise ValueError('a parity record is named after its key digest (letters and digits); got %s' % json.dumps(digest))
+    return os.path.join(str(results_dir), str(host), PARITY_DIR, '%s-%s.json' % (model, digest))
 
 
 def read_pivot_record(results_dir, host, model):

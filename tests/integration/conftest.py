@@ -102,9 +102,15 @@ def pivot_playbook():
     def runner(inventory):
         def run(*extra: str) -> subprocess.CompletedProcess:
             env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-            return subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inventory),
-                                   os.path.join(REPO, "playbooks", "pivot.yml"), *extra],
-                                  capture_output=True, text=True, env=env, cwd=REPO, check=False)
+            result = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inventory),
+                                     os.path.join(REPO, "playbooks", "pivot.yml"), *extra],
+                                    capture_output=True, text=True, env=env, cwd=REPO, check=False)
+            if os.environ.get("PIVOT_LOG_DIR"):  # every run's whole output, for a failure whose cause scrolled away
+                os.makedirs(os.environ["PIVOT_LOG_DIR"], exist_ok=True)
+                name = "%s-%03d.log" % (os.path.basename(str(inventory)), len(os.listdir(os.environ["PIVOT_LOG_DIR"])))
+                with open(os.path.join(os.environ["PIVOT_LOG_DIR"], name), "w", encoding="utf-8") as handle:
+                    handle.write(" ".join(extra) + "\n" + result.stdout + result.stderr)
+            return result
         return run
     return runner
 

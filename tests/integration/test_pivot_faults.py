@@ -7,6 +7,7 @@ should have been restarted), no weights were deleted.
 """
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import os
@@ -74,6 +75,7 @@ def pivot(tmp_path_factory, vllm_image, pivot_playbook):
 
     run = pivot_playbook(inv)
     run.inventory = inv
+    run.project_results = project.path / "results"
 
     subprocess.run([HUB, "start", HUB_PORT], check=True)
     subprocess.run([TESTBED, "up", MACHINE, SSH_PORT, vllm_image], check=True, capture_output=True)
@@ -145,6 +147,49 @@ def test_rerun_same_model_changes_nothing_and_state_of_an_older_release_is_migra
     assert offline.returncode == 0, offline.stdout[-4000:]
     assert "The hub at http://127.0.0.1:9 could not be reached; %s is on this host" % commit in offline.stdout, offline.stdout[-4000:]
     _assert_a_untouched(pid)
+
+
+def _wait_healthy(url: str, timeout_s: float = 900) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not _healthy(url):
+        assert time.monotonic() < deadline, "%s not healthy after %.0f s" % (url, timeout_s)
+        time.sleep(2)
+
+
+def test_parity_check_names_a_slot_whose_unit_was_changed_by_hand(pivot):
+    """Issue #30: playbooks/parity.yml compares what each slot serves with the golden answers of its parity key. The
+    slot answers as recorded; a drop-in made by hand that adds one numeric override (the catalog, and so the key, does
+    not see it) is named with each probe's first diverging token; without the drop-in the slot matches again."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+
+    def check() -> subprocess.CompletedProcess:
+        return subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(pivot.inventory),
+                               os.path.join(REPO, "playbooks", "parity.yml"),
+                               # The golden answers the fixture's first pivot (the installed collection) kept in its project.
+                               "-e", f"llmfleet_results_dir={pivot.project_results}"],
+                              capture_output=True, text=True, env=env, cwd=REPO, check=False)
+
+    matched = check()
+    assert matched.returncode == 0 and "'status': 'matched'" in matched.stdout, matched.stdout[-4000:]
+    unit = _ssh("cat", "/etc/systemd/system/vllm-tiny-llama-a.service")
+    exec_start = re.search(r"^ExecStart=((?:.*\\\n)*.*)$", unit, re.M).group(1)
+    dropin = "[Service]\nExecStart=\nExecStart=%s \\\n    --hf-overrides '{\"rms_norm_eps\": 0.5}'\n" % exec_start
+    _ssh("mkdir -p /etc/systemd/system/vllm-tiny-llama-a.service.d && echo %s | base64 -d"
+         " > /etc/systemd/system/vllm-tiny-llama-a.service.d/by-hand.conf" % base64.b64encode(dropin.encode()).decode())
+    try:
+        _ssh("systemctl", "daemon-reload", "&&", "systemctl", "restart", "vllm-tiny-llama-a.service")
+        _wait_healthy(A_URL)
+        drifted = check()
+        assert drifted.returncode != 0, drifted.stdout[-4000:]
+        assert re.search(r"%s: slot default \(tiny-llama-a\) drifted from \S+/parity/tiny-llama-a-\w+\.json: \w+: token \d+ "
+                         r"differs \(first diverging token \d+: expected id \d+, got id \d+" % MACHINE, drifted.stdout), \
+            drifted.stdout[-4000:]
+    finally:
+        _ssh("rm", "-rf", "/etc/systemd/system/vllm-tiny-llama-a.service.d", "&&", "systemctl", "daemon-reload", "&&",
+             "systemctl", "restart", "vllm-tiny-llama-a.service")
+        _wait_healthy(A_URL)
+    again = check()
+    assert again.returncode == 0 and "'status': 'matched'" in again.stdout, again.stdout[-4000:]
 
 
 def test_check_mode_pivot_reports_and_changes_nothing(pivot):
@@ -446,6 +491,10 @@ def _catalog_entry(name: str) -> dict:
     # An image without a package index: HAProxy must be there already, else said before anything stops or starts.
     (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", "pivot_gateway=true", "-e", "gateway_install_package=false"],
      "gateway_install_package is false but itest-pivot has no working haproxy"),
+    # Issue #30: a parity probe the catalog cannot use is named with its entry before anything changes.
+    (["-e", "slot=b", "-e", json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-b": {
+        "port": 8402, "probes": [{"name": "capital", "prompt": "The capital of France is", "expect": "(Paris"}]}})})],
+     "model 'tiny-llama-b': probes[0].expect must be a regular expression (Python re syntax), got '(Paris'"),
 ])
 def test_bad_slot_requests_fail_before_any_change(pivot, extra, message):
     a_pid, b_pid, state = _main_pid("tiny-llama-a"), _b_main_pid(), _slots()

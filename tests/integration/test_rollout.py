@@ -92,6 +92,10 @@ def _write_inventory(inv, results, faulty: str | None = None, fault: str = "gate
     lines = ["all:", "  hosts:"]
     for host, (ssh_port, ports) in HOSTS.items():
         extra = {m: {"port": p, "serving": {"enforce_eager": True}} for m, p in ports.items()}
+        if host == faulty and fault == "parity":
+            # One numeric setting differs on this host (a much larger RMSNorm epsilon): it serves, passes its throughput
+            # gate, and answers unlike the canary.
+            extra["tiny-llama-b"]["serving"]["extra_args"] = ["--hf-overrides", '{"rms_norm_eps": 0.5}']
         lines += [f"    {host}:", f"      ansible_port: {ssh_port}", f"      llmfleet_models_extra: {json.dumps(extra)}",
                   f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}", "      pivot_benchmark: false",
                   f"      pivot_controller_results_dir: {results}", f"      pivot_alias: {ALIAS}"]
@@ -181,9 +185,10 @@ def test_1_first_rollout_from_nothing(fleet):
 
 
 def test_3_failed_second_batch_stops_the_rollout(fleet):
-    """a -> b in batches of one; fleet-r2 (second batch) fails its gate."""
+    """a -> b in batches of one; fleet-r2 (second batch) answers unlike the canary (fleet parity, issue #30): one numeric
+    setting of its unit differs."""
     r3_pid = _main_pid("fleet-r3", "tiny-llama-a")
-    fleet.set_fault("fleet-r2")
+    fleet.set_fault("fleet-r2", "parity")
     try:
         with _fleet_client() as client:
             result = fleet.rollout("3-a-to-b-fault", "-e", "model=tiny-llama-b", "-e", "rollout_batch_size=1",
@@ -199,6 +204,12 @@ def test_3_failed_second_batch_stops_the_rollout(fleet):
     # The canary was gated on tiny-llama-a's recorded throughput on the same host, and keeps the new model.
     assert '"previous_tok_s": ' in result.stdout, _tail(result)
     assert _serving("fleet-r1") == "tiny-llama-b" and _healthy("fleet-r1", "tiny-llama-b")
+    # The canary recorded its answers; fleet-r2 was compared with them and named with its first diverging token.
+    canary_records = list((fleet.results / "fleet-r1" / "parity").glob("tiny-llama-b-*.json"))
+    assert len(canary_records) == 1, canary_records
+    assert re.search(r"tiny-llama-b answers differently from the golden answers in %s \(this start's parity key \w+\): "
+                     r"\w+: token \d+ differs \(first diverging token \d+: expected id \d+, got id \d+"
+                     % re.escape(str(canary_records[0])), result.stdout), _tail(result)
     # The failed host was rolled back by the pivot role and serves the old model again.
     assert "Rolled back" in result.stdout, _tail(result)
     assert _serving("fleet-r2") == "tiny-llama-a" and _healthy("fleet-r2", "tiny-llama-a")
@@ -234,6 +245,10 @@ def test_4_rerun_continues_where_it_stopped(fleet):
     assert _main_pid("fleet-r1", "tiny-llama-b") == r1_pid
     report = fleet.report("tiny-llama-b")
     assert "3/3 hosts serve tiny-llama-b" in report and "| fleet-r1 | tiny-llama-b | unchanged |" in report, report
+    # Without the numeric difference the hosts answer as the canary did (its record, the same key) and keep their own.
+    for host in ("fleet-r2", "fleet-r3"):
+        assert [p.name for p in (fleet.results / host / "parity").glob("tiny-llama-b-*.json")] == \
+            [p.name for p in (fleet.results / "fleet-r1" / "parity").glob("tiny-llama-b-*.json")], host
     assert "| fleet-r2 | tiny-llama-b | pivoted | tiny-llama-a |" in report, report
     # One commit for the fleet: resolved by the first run of this rollout, locked in the results, served everywhere.
     lock = json.loads((fleet.results / "locks" / "tiny-llama-b.json").read_text())
