@@ -156,21 +156,24 @@ def _wait_healthy(url: str, timeout_s: float = 900) -> None:
         time.sleep(2)
 
 
-def test_parity_check_names_a_slot_whose_unit_was_changed_by_hand(pivot):
+def test_parity_check_names_a_slot_whose_unit_was_changed_by_hand(pivot, tmp_path):
     """Issue #30: playbooks/parity.yml compares what each slot serves with the golden answers of its parity key. The
     slot answers as recorded; a drop-in made by hand that adds one numeric override (the catalog, and so the key, does
     not see it) is named with each probe's first diverging token; without the drop-in the slot matches again."""
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
 
-    def check() -> subprocess.CompletedProcess:
-        return subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(pivot.inventory),
-                               os.path.join(REPO, "playbooks", "parity.yml"),
-                               # The golden answers the fixture's first pivot (the installed collection) kept in its project.
-                               "-e", f"llmfleet_results_dir={pivot.project_results}"],
-                              capture_output=True, text=True, env=env, cwd=REPO, check=False)
+    def check() -> tuple[subprocess.CompletedProcess, dict]:
+        report = tmp_path / "parity.json"
+        result = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(pivot.inventory),
+                                 os.path.join(REPO, "playbooks", "parity.yml"), "-e", f"parity_report_file={report}",
+                                 # The golden answers the fixture's first pivot (the installed collection) kept in its project.
+                                 "-e", f"llmfleet_results_dir={pivot.project_results}"],
+                                capture_output=True, text=True, env=env, cwd=REPO, check=False)
+        return result, {r["slot"]: r for r in json.loads(report.read_text())[MACHINE]}
 
-    matched = check()
-    assert matched.returncode == 0 and "'status': 'matched'" in matched.stdout, matched.stdout[-4000:]
+    matched, report = check()
+    assert matched.returncode == 0 and report["default"]["status"] == "matched", matched.stdout[-4000:]
+    assert report["default"]["max_logprob_delta"] <= 0.05 and report["default"]["record"].startswith(str(pivot.project_results))
     unit = _ssh("cat", "/etc/systemd/system/vllm-tiny-llama-a.service")
     exec_start = re.search(r"^ExecStart=((?:.*\\\n)*.*)$", unit, re.M).group(1)
     dropin = "[Service]\nExecStart=\nExecStart=%s \\\n    --hf-overrides '{\"rms_norm_eps\": 0.5}'\n" % exec_start
@@ -179,8 +182,8 @@ def test_parity_check_names_a_slot_whose_unit_was_changed_by_hand(pivot):
     try:
         _ssh("systemctl", "daemon-reload", "&&", "systemctl", "restart", "vllm-tiny-llama-a.service")
         _wait_healthy(A_URL)
-        drifted = check()
-        assert drifted.returncode != 0, drifted.stdout[-4000:]
+        drifted, report = check()
+        assert drifted.returncode != 0 and report["default"]["status"] == "diverged", drifted.stdout[-4000:]
         assert re.search(r"%s: slot default \(tiny-llama-a\) drifted from \S+/parity/tiny-llama-a-\w+\.json: \w+: token \d+ "
                          r"differs \(first diverging token \d+: expected id \d+, got id \d+" % MACHINE, drifted.stdout), \
             drifted.stdout[-4000:]
@@ -188,8 +191,8 @@ def test_parity_check_names_a_slot_whose_unit_was_changed_by_hand(pivot):
         _ssh("rm", "-rf", "/etc/systemd/system/vllm-tiny-llama-a.service.d", "&&", "systemctl", "daemon-reload", "&&",
              "systemctl", "restart", "vllm-tiny-llama-a.service")
         _wait_healthy(A_URL)
-    again = check()
-    assert again.returncode == 0 and "'status': 'matched'" in again.stdout, again.stdout[-4000:]
+    again, report = check()
+    assert again.returncode == 0 and report["default"]["status"] == "matched", again.stdout[-4000:]
 
 
 def test_check_mode_pivot_reports_and_changes_nothing(pivot):
