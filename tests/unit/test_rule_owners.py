@@ -7,6 +7,7 @@ import os
 import re
 
 import pytest
+import yaml
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import catalog, host_slots, models_root, results_paths
 
@@ -14,31 +15,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCANNED = ("roles", "playbooks", "plugins", "tools", "bench")
 SUFFIXES = (".py", ".yml", ".yaml", ".j2", ".sh")
 
-# rule: (owner, patterns of the rule built by hand: a template, format or concatenation around the fixed parts)
-RULES = {
-    "a host's pivot record <results>/<host>/pivots/<model>-latest.json": (
-        "plugins/module_utils/results_paths.py",
-        [r"(\}\}|\}|%s|['\"]\s*[+~])\s*-latest\.json", r"\}\}/pivots\b", r"['\"]pivots['\"]\s*[,)]"]),
-    "the GPUs a model needs, tensor x pipeline x data parallel size": (
-        "plugins/module_utils/catalog.py",
-        [r"parallel_size[^\n]*\*[^\n]*parallel_size", r"\btp \* pp \* dp\b"]),
-    "the gateway's port, gateway_port or the gateway role's default (entry point `port`)": (
-        "roles/gateway/defaults/main.yml",
-        [r"gateway_port\s*\|\s*default\(", r"gateway_port\s+is\s+(not\s+)?defined"]),
-    "the directory of a model pinned to a commit <model>--<commit12>": (
-        "plugins/module_utils/host_slots.py",
-        [r"['\"]%s--%s['\"]", r"~\s*['\"]--['\"]\s*~", r"\}--\{", r"\+\s*['\"]--['\"]\s*\+"]),
-    "a host's serving record in the models root <root>/.llmfleet/serving/<host>.json": (
-        "plugins/module_utils/models_root.py",
-        [r"\}\}/\.llmfleet/serving", r"\.llmfleet/serving/\{", r"['\"]\.llmfleet['\"]\s*,\s*['\"]serving['\"]"]),
-    "a playbook run's slot and results folder when -e and the inventory say none": (
-        "playbooks/vars/run_defaults.yml",
-        [r"\bslot\s*\|\s*default\(pivot_slot", r"pivot_controller_results_dir\s*\|\s*default\("]),
-    "the unit that serves a model vllm-<model>.service": (
-        "plugins/module_utils/host_slots.py",
-        [r"vllm-(\{\{[^}]*\}\}|%s|\{[a-z_]+\})(-[a-z]+)?\.(service|env)\b", r"['\"]vllm-['\"]\s*[~+%]",
-         r"SyslogIdentifier=vllm-\{"]),
-}
+# rule: (owner, patterns of the rule built by hand), from rule_owners.yml beside this file.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "rule_owners.yml"), encoding="utf-8") as _handle:
+    RULES = {r["rule"]: (r["owner"], r["patterns"]) for r in yaml.safe_load(_handle)}
 
 
 def _files():
