@@ -207,6 +207,10 @@ def test_rollback_during_load_fails_no_request(pivot):
     log_summary(traffic)
     assert result.returncode != 0 and "Blue/green pivot tiny-llama-b -> tiny-llama-a in slot default failed" in result.stdout, \
         result.stdout[-6000:]
+    # Issue #30: tiny-llama-a starts again under the parity key it was first served with (the first test): it answers
+    # as recorded then, before the throughput gate fails it.
+    assert re.search(r"parity: matched with \S+/parity/tiny-llama-a-\w+\.json \(largest logprob move ", result.stdout), \
+        result.stdout[-6000:]
     assert traffic["failed"] == 0 and traffic["requests"] >= 10, traffic
     assert _main_pid("tiny-llama-b") == b_pid and _slot() == slot
     assert _ssh("systemctl is-active vllm-tiny-llama-a.service") != "active"

@@ -102,7 +102,7 @@ def _write_inventory(inv, results, faulty: str | None = None, fault: str = "gate
         if host == faulty and fault == "gate":
             # The pivot gate can never pass: the pivot role rolls this host back.
             lines.append("      pivot_gate_min_output_tok_s: 1.0e9")
-        elif host == faulty:
+        elif host == faulty and fault == "preflight":
             # The preflight refuses (no such unit to take over): the host fails before anything stops.
             lines.append("      pivot_adopt_unit: vllm-not-here.service")
     lines += ["  children:", "    llmfleet_gateways:", "      hosts:", f"        {GATEWAY}:",
