@@ -129,8 +129,9 @@ def main() -> None:
     restarts = out["restarts"]
     alarms = sum(1 for r in restarts if r["status"] != "matched")
     print("\n| restarts | matched | false alarms | largest logprob move (nats) | near-ties |\n|---|---|---|---|---|")
-    print("| %d | %d | %d | %s | %d |" % (len(restarts), len(restarts) - alarms, alarms,
-                                        max((r["max_logprob_delta"] or 0) for r in restarts), sum(r["near_ties"] for r in restarts)))
+    largest = max((r["max_logprob_delta"] or 0) for r in restarts)
+    near_ties = sum(r["near_ties"] for r in restarts)
+    print("| %d | %d | %d | %s | %d |" % (len(restarts), len(restarts) - alarms, alarms, largest, near_ties))
     print("\n| change by hand (drop-in) | check | probes diverged | first diverging token |\n|---|---|---|---|")
     for name, change in out["changes"].items():
         print("| %s | %s (rc %d) | %d of %d | %s |" % (name, change["status"], change["rc"], change["diverged"],
