@@ -8,13 +8,13 @@ Set UPDATE_GOLDEN=1 to rewrite tests/golden/vllm-tiny-llama-a-ray.service (then 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from systemd_security import MAX_EXPOSURE, exposure
 from ansible_collections.llmfleet.vllm.plugins.filter.catalog import catalog_entry
 
 REPO = Path(__file__).resolve().parents[3]
@@ -103,15 +103,10 @@ def test_ray_units_private_tmp_and_a_home_of_their_own(rendered):
     assert "--address 10.0.0.1:6379 " in _flat((rendered / 'h2' / 'ray-worker.service').read_text())
 
 
-def test_ray_serve_unit_is_sandboxed_as_the_single_host_unit(rendered):
-    """`systemd-analyze security` rates the Ray driver's unit as service_deploy's golden units are held (<= 4.0)."""
-    analyze = shutil.which('systemd-analyze')
-    if not analyze:
-        pytest.fail('systemd-analyze not found: install systemd (apt-get install systemd)')
-    out = subprocess.run([analyze, 'security', '--offline=true', '--no-pager', str(rendered / 'h1' / SERVE_UNIT)],
-                         capture_output=True, text=True, check=False)
-    found = re.search(r'Overall exposure level for \S+: (\d+\.\d+)', out.stdout)
-    assert found and float(found.group(1)) <= 4.0, out.stdout + out.stderr
+def test_ray_serve_unit_is_sandboxed_as_the_single_host_unit(rendered, systemd_analyze):
+    """`systemd-analyze security` rates the Ray driver's unit as service_deploy's golden units are held."""
+    score, report = exposure(systemd_analyze, rendered / 'h1' / SERVE_UNIT)
+    assert score <= MAX_EXPOSURE, report
 
 
 def test_ray_api_key_opens_every_interface_and_stays_off_the_units(tmp_path):

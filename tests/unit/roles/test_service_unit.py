@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from systemd_security import MAX_EXPOSURE, exposure
 
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / 'tests' / 'golden'
@@ -171,26 +172,6 @@ def test_shm_cleanup_removes_only_unheld_stale_segments(rendered, tmp_path):
     assert 'LLMFLEET_SHM_DIR' not in script.read_text()
 
 
-@pytest.fixture(scope='session')
-def systemd_analyze():
-    """systemd-analyze, installed (Debian's systemd package) when missing and we are root, as on a fresh CI machine.
-
-    `security --offline=true` needs systemd >= 252 (Debian 12).
-    """
-    if not shutil.which('systemd-analyze') and os.geteuid() == 0 and shutil.which('apt-get'):
-        env = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
-        subprocess.run(['apt-get', 'update', '-qq'], check=True, env=env, capture_output=True)
-        subprocess.run(['apt-get', 'install', '-y', '-qq', 'systemd'], check=True, env=env, capture_output=True)
-    path = shutil.which('systemd-analyze')
-    if not path:
-        pytest.fail('systemd-analyze not found: install systemd (apt-get install systemd)')
-    banner = subprocess.run([path, '--version'], capture_output=True, text=True, check=True).stdout
-    version = int(re.match(r'systemd (\d+)', banner).group(1))
-    if version < 252:
-        pytest.fail('systemd-analyze security --offline=true needs systemd >= 252, found %d' % version)
-    return path
-
-
 def test_systemd_analyze_verify_accepts_every_unit(systemd_analyze, rendered, tmp_path):
     # verify --root=R resolves ExecStart binaries and dependency units inside R: give it the rendered files, a stub
     # vLLM entry point and the host's unit directory (for sysinit.target & co). User= is not checked by verify.
@@ -215,18 +196,6 @@ def test_systemd_analyze_verify_catches_a_broken_unit(systemd_analyze, rendered,
     out = subprocess.run([systemd_analyze, 'verify', '--man=no', '--root=%s' % root,
                           '/etc/systemd/system/vllm-minimax-m25.service'], capture_output=True, text=True, check=False)
     assert out.returncode != 0 and 'Command /opt/vllm/bin/vllm is not executable' in out.stderr
-
-
-MAX_EXPOSURE = 4.0
-
-
-def exposure(systemd_analyze, unit):
-    """`systemd-analyze security --offline=true` of a unit file: (overall exposure, the report)."""
-    out = subprocess.run([systemd_analyze, 'security', '--offline=true', '--no-pager', str(unit)],
-                         capture_output=True, text=True, check=False)
-    found = re.search(r'Overall exposure level for \S+: (\d+\.\d+)', out.stdout)
-    assert out.returncode == 0 and found, (unit, out.stdout, out.stderr)
-    return float(found.group(1)), out.stdout
 
 
 @pytest.mark.parametrize('model', MODELS)
