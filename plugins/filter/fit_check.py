@@ -1,5 +1,6 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters that decide whether a catalog model fits a host: GPUs (fit_check) and disk (disk_plan, dir_names_under)."""
+"""Filters that decide whether a catalog model fits a host: GPUs (fit_check, gpu_memory_free), disk (disk_plan,
+dir_names_under) and host RAM for a sleeping model (sleep_ram_fit)."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
@@ -48,6 +49,15 @@ def gpu_memory_free(entry, gpu_facts, gpu_ids=None):
     return _fit.gpu_memory_free(entry, gpu_facts, gpu_ids)
 
 
+def sleep_ram_fit(weights_bytes, meminfo_text, margin_mib, model='the model'):
+    """{ok, weights_mib, available_mib, margin_mib, message}: whether host RAM holds the weights of a model asleep."""
+    try:
+        return _fit.sleep_ram_fit(weights_bytes, meminfo_text, margin_mib, model)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError('sleep_ram_fit: %s' % exc) from exc
+
+
 class FilterModule:
     def filters(self):
-        return {'fit_check': fit_check, 'disk_plan': disk_plan, 'dir_names_under': dir_names_under, 'gpu_memory_free': gpu_memory_free}
+        return {'fit_check': fit_check, 'disk_plan': disk_plan, 'dir_names_under': dir_names_under, 'gpu_memory_free': gpu_memory_free,
+                'sleep_ram_fit': sleep_ram_fit}

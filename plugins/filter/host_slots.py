@@ -5,6 +5,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.host_slots import SlotError, unit_name
+from ansible_collections.llmfleet.vllm.plugins.module_utils.host_slots import asleep_paths as _asleep_paths
 from ansible_collections.llmfleet.vllm.plugins.module_utils.host_slots import slot_gateway as _slot_gateway
 
 
@@ -19,6 +20,13 @@ def vllm_unit(model, variant=None):
         raise AnsibleFilterError('vllm_unit: %s' % exc)
 
 
+def asleep_paths(unit, state_dir=None):
+    try:
+        return _asleep_paths(unit, state_dir)
+    except SlotError as exc:
+        raise AnsibleFilterError('asleep_paths: %s' % exc)
+
+
 class FilterModule:
     def filters(self):
-        return {'slot_gateway': slot_gateway, 'vllm_unit': vllm_unit}
+        return {'slot_gateway': slot_gateway, 'vllm_unit': vllm_unit, 'asleep_paths': asleep_paths}

@@ -121,6 +121,7 @@ SERVING = {
     'hf_config_path': STR,
     'trust_remote_code': BOOL,
     'enforce_eager': BOOL,
+    'enable_sleep_mode': BOOL,
     'enable_prefix_caching': BOOL,
     'enable_chunked_prefill': BOOL,
     'async_scheduling': BOOL,

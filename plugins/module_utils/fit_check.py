@@ -1,8 +1,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Does a catalog entry fit a host? GPU memory, KV cache, parallelism rules vLLM enforces, attention backends, disk space."""
+"""Does a catalog entry fit a host? GPU memory, KV cache, parallelism rules vLLM enforces, attention backends, disk space,
+host RAM for a sleeping model."""
 from __future__ import annotations
 
 import os.path
+import re
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.catalog import gpus_needed
 
@@ -405,3 +407,28 @@ def gpu_memory_free(entry, gpu_facts, gpu_ids=None):
             errors.append('GPU %s has %d MiB free, %s needs %d MiB (gpu_memory_utilization %s x %d MiB): another process'
                           ' holds %d MiB' % (index, total - used, entry.get('name', 'the model'), needed, util, total, used))
     return {'ok': not errors, 'errors': errors, 'checked': checked}
+
+
+def mem_available_mib(meminfo_text):
+    """MemAvailable of /proc/meminfo, in MiB (None when the text has none)."""
+    match = re.search(r'^MemAvailable:\s+(\d+)\s*kB', meminfo_text or '', re.M)
+    return int(match.group(1)) // 1024 if match else None
+
+
+def sleep_ram_fit(weights_bytes, meminfo_text, margin_mib, model='the model'):
+    """Whether host RAM holds a model's weights while vLLM's sleep mode (level 1) keeps them there: MemAvailable minus
+    the margin must be at least the weights. {ok, weights_mib, available_mib, margin_mib, message}."""
+    weights_mib = -(-int(weights_bytes) // MIB)
+    available = mem_available_mib(meminfo_text)
+    margin = int(margin_mib)
+    result = {'ok': False, 'weights_mib': weights_mib, 'available_mib': available, 'margin_mib': margin, 'message': ''}
+    if available is None:
+        result['message'] = 'MemAvailable could not be read from /proc/meminfo, so the host RAM for %s asleep is unknown' % model
+    elif available - margin < weights_mib:
+        result['message'] = ('host RAM cannot hold %s asleep: its weights need %d MiB, MemAvailable is %d MiB and'
+                             ' pivot_sleep_ram_margin_mib keeps %d MiB free (%d MiB short)'
+                             % (model, weights_mib, available, margin, weights_mib - (available - margin)))
+    else:
+        result.update(ok=True, message='host RAM holds %s asleep: %d MiB of weights, %d MiB available, %d MiB kept free'
+                      % (model, weights_mib, available, margin))
+    return result

@@ -3,8 +3,9 @@
 """Host state as slots: what each slot of a host serves, and where the next model of a slot goes.
 
 A slot is one served model on its own GPUs and port: {name, model, profile, revision (commit sha), model_dir,
-gpu_ids, port, unit, since, previous, alias, standby_port, gateway, pivot}. ``pivot`` is the intent of a pivot in
-progress (written before its first change to the host, see ``intent_record``). The host keeps all of them in <state_dir>/slots.json. A host of an older
+gpu_ids, port, unit, since, previous, alias, standby_port, gateway, sleep_mode, asleep, pivot}. ``pivot`` is the intent
+of a pivot in progress (written before its first change to the host, see ``intent_record``); ``asleep`` the slot's
+previous model kept asleep on the standby port (vLLM's sleep mode, see ``asleep_record``). The host keeps all of them in <state_dir>/slots.json. A host of an older
 release kept one model in <state_dir>/current.json: that becomes the slot ``default`` (read here, written by the
 host_slots module on the first run).
 
@@ -33,6 +34,14 @@ FIRST_PORT = 8000
 INTENT_KEY = 'pivot'
 INTENT_SWITCHING = 'switching'
 INTENT_COMMITTED = 'committed'
+# The slot's previous model, put to sleep by a pivot (vLLM's sleep mode, level 1: weights in host RAM, GPU memory
+# free) instead of stopped: woken by a rollback or a pivot back to it until a timer on the host stops it.
+ASLEEP_KEY = 'asleep'
+ASLEEP_DIR = 'asleep'
+ASLEEP_FIELDS = ('model', 'profile', 'revision', 'model_dir', 'unit', 'port', 'gpu_ids', 'alias')
+# How a pivot replaces the slot's model. The new model starts on the slot's standby port (the gateway switches at the
+# commit) in blue_green (beside the old one), sleep (the old one asleep) and wake (the slot's sleeping model woken).
+NEW_ON_STANDBY = ('blue_green', 'sleep', 'wake')
 BOOL_TRUE = ('true', 'yes', 'on', '1')
 BOOL_FALSE = ('false', 'no', 'off', '0')
 # \Z, not $: $ also matches before a final newline ('chat\n' would end ExecStart= and split the gateway's map lines).
@@ -344,18 +353,47 @@ def gateway_slots_before(slots, slot, alias, model, strategy, port, standby):
     """The host's slots as the gateway must see them before a pivot's switch: the planned slot's active server is the
     one serving now (blue/green: the old model's port, which the plan gives as ``standby``; the new model's ``port``
     is then its standby) or the port the new model will use (stop-then-start); the other slots as recorded."""
-    active, other = (standby, port) if strategy == 'blue_green' else (port, standby)
+    active, other = (standby, port) if strategy in NEW_ON_STANDBY else (port, standby)
     view = {name: dict(record) for name, record in (slots or {}).items()}
     view[slot] = dict(view.get(slot) or {}, name=slot, alias=alias, model=model, port=active, standby_port=other)
     return view
 
 
 def check_model_free(slot, model, slots):
-    """A model serves in one slot of a host: its unit is named after it."""
+    """A model serves in one slot of a host: its unit is named after it (a sleeping one too)."""
     for name, record in sorted(slots.items()):
         if name != slot and record.get('model') == model:
             raise SlotError('%s already serves in slot %s of this host; a model serves in one slot (pivot slot %s,'
                             ' or serve another model in slot %s)' % (model, name, name, slot))
+        if name != slot and (asleep_of(record) or {}).get('model') == model:
+            raise SlotError('%s sleeps in slot %s of this host (its previous model, until a timer stops it); a model'
+                            ' serves in one slot (pivot slot %s back to it, or wait until it is stopped)'
+                            % (model, name, name))
+
+
+def asleep_of(record):
+    """The slot's sleeping previous model (dict: model, unit, port, ..., since, until), or None."""
+    asleep = (record or {}).get(ASLEEP_KEY)
+    if isinstance(asleep, dict) and asleep.get('model') and asleep.get('unit') and asleep.get('port'):
+        return asleep
+    return None
+
+
+def asleep_record(record, now, keep_s):
+    """What the slot keeps of its committed model when a pivot puts it to sleep: where it is (unit, port, GPUs, its
+    directory and commit) and until when a timer on the host lets it sleep."""
+    kept = {k: (record or {}).get(k) for k in ASLEEP_FIELDS}
+    return dict(kept, since=now, until=None if now is None else round(float(now) + int(keep_s), 3))
+
+
+def asleep_paths(unit, state_dir=None):
+    """What belongs to a model's unit while it sleeps: the answers it gave right before it was put to sleep (compared
+    after a wake) and the transient timer on the host that stops it (systemd-run --unit=NAME makes NAME.timer)."""
+    if not isinstance(unit, str) or not UNIT_RE.match(unit):
+        raise SlotError('a sleeping model is named by its systemd unit such as vllm-m.service; got %s' % json.dumps(unit))
+    stem = unit[:-len('.service')]
+    return {'answers': os.path.join(state_paths(state_dir)['state_dir'], ASLEEP_DIR, stem + '.answers.json'),
+            'timer': 'llmfleet-asleep-%s' % stem, 'timer_unit': 'llmfleet-asleep-%s.timer' % stem}
 
 
 def as_bool(value, variable):
@@ -440,11 +478,12 @@ def heal_changes_slot_port(record, intent):
 
 
 def slot_units(slots):
-    """The units of every slot, those of a pivot in progress included (its old and its new model)."""
+    """The units of every slot, those of a pivot in progress included (its old and its new model), and sleeping ones."""
     units = set()
     for record in (slots or {}).values():
         intent = intent_of(record) or {}
-        units |= {record.get('unit'), ((intent.get('from') or {}).get('unit')), (intent.get('to') or {}).get('unit')}
+        units |= {record.get('unit'), ((intent.get('from') or {}).get('unit')), (intent.get('to') or {}).get('unit'),
+                  (asleep_of(record) or {}).get('unit')}
     return sorted(u for u in units if u)
 
 

@@ -29,6 +29,7 @@ SERVE_OPTIONS = (
     ('hf_config_path', 'value'),
     ('trust_remote_code', 'flag'),
     ('enforce_eager', 'flag'),
+    ('enable_sleep_mode', 'flag'),
     ('enable_prefix_caching', 'switch'),
     ('enable_chunked_prefill', 'switch'),
     ('async_scheduling', 'switch'),

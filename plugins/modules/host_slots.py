@@ -28,13 +28,16 @@ description:
     O(commit_intent) marks it committed when the new model becomes the slot's; V(clear_intent) removes it once the
     host agrees with the record. A run that finds an intent knows a pivot was interrupted - rolled back to the
     record while V(switching), forward while V(committed).
+  - A slot may keep its previous model asleep (vLLM's sleep mode) on its standby port - V(set) with O(asleep=previous)
+    records it, V(plan) chooses V(wake) for it and V(sleep) to put the slot's model to sleep (O(sleep_previous)),
+    V(clear_asleep) forgets it once it was stopped.
 author:
   - llmfleet maintainers (@llmfleet)
 options:
   action:
     description: What to do.
     type: str
-    choices: [read, plan, set, absent, intend, clear_intent]
+    choices: [read, plan, set, absent, intend, clear_intent, clear_asleep]
     default: read
   state_dir:
     description: Directory of the host state. Defaults to C(/var/lib/llmfleet).
@@ -128,6 +131,33 @@ options:
         the gateway, then stop the old one (V(plan) returns RV(strategy)).
     type: bool
     default: true
+  sleep_previous:
+    description:
+      - With O(gateway) and no blue/green, put the slot's model to sleep instead of stopping it when its unit was started
+        with sleep mode (the slot's C(sleep_mode)); V(plan) returns RV(strategy) V(sleep). A pivot to the slot's
+        sleeping model is a V(wake) either way; this option also puts the model it replaces to sleep.
+    type: bool
+    default: false
+  asleep_alive:
+    description:
+      - Whether the slot's sleeping previous model (its C(asleep) record) still sleeps (its server answered
+        C(/is_sleeping)); V(plan) wakes it only then.
+    type: bool
+    default: false
+  sleep_mode:
+    description: Whether the slot's model was started with vLLM's sleep mode (V(set)); null keeps what the slot has for the same model.
+    type: bool
+  asleep:
+    description:
+      - The slot's sleeping previous model (V(set)) - V(keep) what the slot has for the same model, V(previous) the model
+        the new one replaces (put to sleep by the pivot, until O(keep_previous_s) from now), V(none) no sleeping model.
+      - V(clear_asleep) removes it from the slot's record (it was stopped).
+    type: str
+    choices: [keep, previous, none]
+    default: keep
+  keep_previous_s:
+    description: Seconds the sleeping previous model is kept (V(set) with O(asleep=previous)), recorded as its C(until).
+    type: int
   since:
     description: When the slot's model began to serve, seconds since the epoch (V(set)).
     type: float
@@ -225,9 +255,23 @@ serving_same:
   returned: when action is plan
   type: bool
 strategy:
-  description: How the model is replaced (V(plan)), V(none), V(new), V(blue_green) or V(stop_start).
+  description:
+    - How the model is replaced (V(plan)) - V(none), V(new), V(blue_green), V(stop_start), V(sleep) (the old model sleeps on
+      the standby port, the new one starts on its GPUs) or V(wake) (the slot's sleeping model is the target).
   returned: when action is plan
   type: str
+sleeps_previous:
+  description: Whether the pivot puts the slot's model to sleep instead of stopping it (V(plan)).
+  returned: when action is plan
+  type: bool
+stops_asleep:
+  description: Whether the slot's sleeping model must stop before the switch (V(plan)); it is not the target.
+  returned: when action is plan
+  type: bool
+asleep:
+  description: The slot's sleeping previous model as recorded (V(plan)); null when none.
+  returned: when action is plan
+  type: dict
 strategy_reason:
   description: Why not blue/green (V(plan)).
   returned: when action is plan
@@ -342,15 +386,19 @@ def _plan(module, slots, result):
     port = hs.assign_port(p['slot'], slots, p['catalog_port'], requested=p['port'], reserved=p['reserved_ports'],
                           variable=prefix + 'port')
     standby = hs.standby_port(p['slot'], slots, port, reserved=p['reserved_ports']) if result['gateway'] else None
-    strategy, why = _strategy(p, result['gateway'], current, serving_same)
+    strategy, why = _strategy(p, result['gateway'], current, serving_same, model_dir)
     gpu_ids = None
+    asleep = hs.asleep_of(current)
+    if strategy == 'wake':
+        gpu_ids, port, standby = asleep.get('gpu_ids') or [], int(asleep['port']), port
     if strategy == 'blue_green':
         try:
             gpu_ids = hs.assign_gpus(p['slot'], p['gpus_needed'], p['gpu_facts'], slots, requested=p['gpu_ids'],
                                      memory_fraction=p['gpu_memory_utilization'], variable=prefix + 'gpu_ids', beside=True)
-            port, standby = standby, port  # the new model starts on the standby port; the old one's becomes standby
         except hs.SlotError as exc:
-            strategy, why = 'stop_start', 'the new model does not fit beside the old one (%s)' % exc
+            strategy, why = _sleep_or_stop(p, current, 'the new model does not fit beside the old one (%s)' % exc)
+    if strategy in ('blue_green', 'sleep'):
+        port, standby = standby, port  # the new model starts on the standby port; the old one's becomes standby
     if gpu_ids is None:
         gpu_ids = hs.assign_gpus(p['slot'], p['gpus_needed'], p['gpu_facts'], slots, requested=p['gpu_ids'],
                                  memory_fraction=p['gpu_memory_utilization'], variable=prefix + 'gpu_ids')
@@ -359,25 +407,46 @@ def _plan(module, slots, result):
                   shared_gpu_ids=hs.shared_gpus(p['slot'], slots, gpu_ids) if strategy == 'blue_green' else [],
                   gateway_slots_before=hs.gateway_slots_before(slots, p['slot'], alias, p['model'], strategy, port,
                                                                standby),
+                  # The old model sleeps instead of stopping: sleep, or a wake whose current model has sleep mode.
+                  sleeps_previous=strategy == 'sleep' or (strategy == 'wake' and p['sleep_previous']
+                                                          and current.get('sleep_mode') is True),
+                  # The slot's sleeping model (as recorded) when this pivot does not wake it: stopped before the switch
+                  # (it holds the standby port), whether it still sleeps or not.
+                  stops_asleep=bool(asleep) and strategy not in ('wake', 'none'),
+                  asleep=asleep,
                   contract=hs.contract(current, result['gateway'], result['gateway_source'], alias, p['alias'],
-                                       standby if strategy == 'blue_green' else port, p['port']))
+                                       standby if strategy in hs.NEW_ON_STANDBY else port, p['port']))
     module.exit_json(**result)
 
 
-def _strategy(p, gateway, current, serving_same):
-    """How the slot's model is replaced: none, new (nothing served), blue_green (the new model starts beside the
-    old one, the gateway switches, then the old one stops) or stop_start; and why not blue_green."""
+def _strategy(p, gateway, current, serving_same, model_dir):
+    """How the slot's model is replaced: none, new (nothing served), wake (the slot's sleeping previous model is the
+    target), blue_green (the new model starts beside the old one, the gateway switches, then the old one stops), sleep
+    (the old one sleeps, the new one starts on its GPUs) or stop_start; and why not blue_green."""
     if serving_same:
         return 'none', 'already serves it'
     if not current.get('model'):
         return 'new', 'nothing served in the slot'
+    asleep = hs.asleep_of(current) if p['asleep_alive'] else None
+    if (asleep and asleep['model'] == p['model'] and asleep.get('revision') in (p['revision'] or None, None)
+            and asleep.get('model_dir') in (model_dir, None)):
+        return 'wake', '%s sleeps on port %d' % (asleep['model'], int(asleep['port']))
     if not gateway:
         return 'stop_start', 'no gateway in front of the slot'
-    if not p['blue_green']:
-        return 'stop_start', 'blue/green switched off'
     if current.get('model') == p['model']:
         return 'stop_start', 'another revision of the same model (one unit per model)'
+    if not p['blue_green']:
+        return _sleep_or_stop(p, current, 'blue/green switched off')
     return 'blue_green', ''
+
+
+def _sleep_or_stop(p, current, why):
+    """Not blue/green: the old model sleeps when asked to (pivot_sleep_previous) and its unit has sleep mode."""
+    if p['sleep_previous'] and current.get('sleep_mode') is True:
+        return 'sleep', why
+    if p['sleep_previous']:
+        why += '; %s was started without sleep mode, so it stops (the new model starts with it)' % current['model']
+    return 'stop_start', why
 
 
 def _set_record(p, current, gateway):
@@ -389,7 +458,19 @@ def _set_record(p, current, gateway):
         'alias': p['alias'] or (current or {}).get('alias') or p['slot'],
         'standby_port': p['standby_port'] or (current or {}).get('standby_port'), 'gateway': gateway}
     committed = hs.without_intent(current)
-    if committed.get('model') and all(committed.get(k) == record[k] for k in record if k not in ('since', 'previous')):
+    same_model = committed.get('model') == p['model']
+    # Sleep mode and the sleeping previous model: as given, else what the slot has for the same model.
+    # Recorded only when set, so that the record of a slot that never sleeps stays as it was.
+    if p['sleep_mode'] if p['sleep_mode'] is not None else same_model and committed.get('sleep_mode') is True:
+        record['sleep_mode'] = True
+    if p['asleep'] == 'previous':  # the model this pivot replaces sleeps
+        asleep = hs.asleep_record(committed, round(time.time(), 3), p['keep_previous_s'] or 0)
+    else:
+        asleep = committed.get(hs.ASLEEP_KEY) if p['asleep'] == 'keep' and same_model else None
+    if asleep:
+        record[hs.ASLEEP_KEY] = asleep
+    if committed.get('model') and all(committed.get(k) == record.get(k) for k in set(record) | set(committed)
+                                      if k not in ('since', 'previous', hs.INTENT_KEY)):
         record = committed  # the same model where it was: keep when it began and what came before
     intent = hs.intent_of(current)
     if intent and p['commit_intent']:
@@ -400,7 +481,8 @@ def _set_record(p, current, gateway):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            action=dict(type='str', default='read', choices=['read', 'plan', 'set', 'absent', 'intend', 'clear_intent']),
+            action=dict(type='str', default='read', choices=['read', 'plan', 'set', 'absent', 'intend', 'clear_intent',
+                                                             'clear_asleep']),
             state_dir=dict(type='path'),
             slot=dict(type='str', default=hs.DEFAULT_SLOT),
             model=dict(type='str'),
@@ -426,6 +508,11 @@ def main():
             owner=dict(type='dict'),
             commit_intent=dict(type='bool', default=False),
             blue_green=dict(type='bool', default=True),
+            sleep_previous=dict(type='bool', default=False),
+            asleep_alive=dict(type='bool', default=False),
+            sleep_mode=dict(type='bool'),
+            asleep=dict(type='str', default='keep', choices=['keep', 'previous', 'none']),
+            keep_previous_s=dict(type='int'),
         ),
         required_if=[('action', 'set', ('model', 'model_dir', 'port')),
                      ('action', 'intend', ('model', 'model_dir', 'port', 'strategy'))],
@@ -467,6 +554,8 @@ def main():
         target.update(revision=p['revision'] or None, alias=p['alias'], gateway=gateway)
         after[p['slot']] = dict(current or {'name': p['slot']}, **{hs.INTENT_KEY: hs.intent_record(
             current, target, p['strategy'], owner=p['owner'], now=round(time.time(), 3))})
+    elif p['action'] == 'clear_asleep' and current and hs.ASLEEP_KEY in current:
+        after[p['slot']] = {k: v for k, v in current.items() if k != hs.ASLEEP_KEY}
     elif p['action'] == 'clear_intent' and current:
         # A slot whose first model never got recorded goes with its intent.
         if current.get('model'):

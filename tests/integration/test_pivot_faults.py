@@ -498,6 +498,9 @@ def _catalog_entry(name: str) -> dict:
     (["-e", "slot=b", "-e", json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-b": {
         "port": 8402, "probes": [{"name": "capital", "prompt": "The capital of France is", "expect": "(Paris"}]}})})],
      "model 'tiny-llama-b': probes[0].expect must be a regular expression (Python re syntax), got '(Paris'"),
+    # Issue #33 item 5: the CPU engine cannot sleep; rollback by wake is refused by name.
+    (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", "pivot_gateway=true", "-e", "pivot_sleep_previous=true"],
+     "pivot_sleep_previous=true: tiny-llama-c runs on the cpu engine, and vLLM's sleep mode"),
 ])
 def test_bad_slot_requests_fail_before_any_change(pivot, extra, message):
     a_pid, b_pid, state = _main_pid("tiny-llama-a"), _b_main_pid(), _slots()

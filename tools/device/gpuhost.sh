@@ -26,6 +26,8 @@
 #   pivot-first|bluegreen|gatefail|revision  playbooks/pivot.yml (tools/device/gpuhost-pivot/ inventory): A behind the
 #            gateway; B blue/green on the same GPU; A again with a gate it cannot pass (must fail and roll back);
 #            a new commit of B on the hub (stop-then-start)
+#   pivot-sfirst|sgatefail|rgatefail|sleep|wakeback|reloadback  rollback by wake (issue 33, see pivot_run), then
+#   expiry   wait until the timer of the last sleep stopped B
 #   pack     /root/carry/res to $OUT/gpuhost.tgz
 # The first failing phase ends the list, except that pack still runs when named.
 set -uo pipefail
@@ -291,6 +293,15 @@ data["llmfleet_published_at"] = time.time()
 print(*RepoStore(root).publish_commit(repo_id, {"generation_config.json": (json.dumps(data, indent=2) + "\n").encode()}))
 PY
       set -- -e model=gpuhost-llama1b-b -e revision=main ;;
+    # Rollback by wake (issue 33): A's unit gets sleep mode; B fails its gate and A wakes; B fails again without
+    # sleep and A restarts; B passes and A sleeps; A again is a wake (B sleeps, 60 s); B once B's timer stopped it.
+    sfirst) set -- -e model=gpuhost-llama1b-a -e pivot_gateway=true -e pivot_alias=chat -e pivot_sleep_previous=true ;;
+    sgatefail) expect=fail; set -- -e model=gpuhost-llama1b-b -e pivot_blue_green=false -e pivot_sleep_previous=true \
+      -e pivot_gate_min_output_tok_s=1000000 ;;
+    rgatefail) expect=fail; set -- -e model=gpuhost-llama1b-b -e pivot_blue_green=false -e pivot_gate_min_output_tok_s=1000000 ;;
+    sleep) set -- -e model=gpuhost-llama1b-b -e pivot_blue_green=false -e pivot_sleep_previous=true ;;
+    wakeback) set -- -e model=gpuhost-llama1b-a -e pivot_blue_green=false -e pivot_sleep_previous=true -e pivot_keep_previous_s=60 ;;
+    reloadback) set -- -e model=gpuhost-llama1b-b -e pivot_blue_green=false ;;
     *) echo "unknown pivot $name"; return 1 ;;
   esac
   sync_repo
@@ -306,9 +317,24 @@ PY
   [ $rc -ne 0 ] || [ -z "$record" ] || cp "$record" $RES/pivot-$name-record.json
   grep -A12 "Pivot summary\|PLAY RECAP" $RES/pivot-$name.log | tail -30
   [ $rc -eq 0 ] || grep -B2 -A6 "FAILED\|fatal:" $RES/pivot-$name.log | tail -40
-  { echo "--- $name"; inside cat /var/lib/llmfleet/slots.json; inside systemctl list-units --no-legend 'vllm-*'; } >> $RES/slots-after.txt 2>&1
+  { echo "--- $name"; inside cat /var/lib/llmfleet/slots.json; inside systemctl list-units --no-legend 'vllm-*' 'llmfleet-asleep-*'; } >> $RES/slots-after.txt 2>&1
+  inside sh -c "cp /var/lib/llmfleet/pivots/*rolled-back.json $RES/ 2>/dev/null; ls /var/lib/llmfleet/asleep 2>/dev/null"
   inside $PY $CARRY/repo/tools/device/nvml_snapshot.py > $RES/nvml-after-$name.json 2>&1
   if [ $expect = fail ]; then [ $rc -ne 0 ]; else [ $rc -eq 0 ]; fi
+}
+
+# The sleeping model's timer (pivot_keep_previous_s of the last pivot) stops its unit without a controller.
+expiry() {
+  local unit=vllm-gpuhost-llama1b-${1:-b}.service i state
+  for i in $(seq 1 180); do
+    state=$(inside systemctl show -p ActiveState --value $unit)
+    [ "$state" = inactive ] && break
+    sleep 1
+  done
+  echo "$unit: $state after $i s" | tee $RES/expiry.txt
+  inside journalctl --no-pager -o short-iso -u "llmfleet-asleep-${unit%.service}.timer" -u "llmfleet-asleep-${unit%.service}.service" -u $unit -n 30 >> $RES/expiry.txt 2>&1
+  inside $PY $CARRY/repo/tools/device/nvml_snapshot.py > $RES/nvml-after-expiry.json 2>&1
+  [ "$state" = inactive ]
 }
 
 pack() {
@@ -338,6 +364,7 @@ gpuhost_phase() {
     client-start) client_start ;;
     client-stop) client_stop ;;
     pivot-*) pivot_run "${phase#pivot-}" ;;
+    expiry) expiry b ;;
     pack) pack ;;
     *) echo "unknown phase $phase"; false ;;
   esac

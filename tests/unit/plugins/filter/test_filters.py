@@ -624,3 +624,16 @@ def test_throughput_gate_filter_checks_its_input():
     with pytest.raises(AnsibleFilterError, match="two lists of throughput_check levels"):
         gate_filter.throughput_gate({"concurrency": 1}, [], 0.8)
     assert gate_filter.throughput_gate([], None, "0.8") == {"min_ratio": 0.8, "levels": [], "below": [], "not_comparable": []}
+
+
+def test_sleep_ram_fit_needs_the_weights_within_mem_available_minus_the_margin():
+    fit = fit_filter.sleep_ram_fit
+    meminfo = "MemTotal:       131072000 kB\nMemFree:         1000000 kB\nMemAvailable:   104857600 kB\n"  # 102400 MiB
+    # The Llama-3.2-1B of the H200 runs: 3.0 GB of bf16 weights.
+    ok = fit(2997 * 1024 ** 2, meminfo, 8192, 'gpuhost-llama1b-a')
+    assert ok['ok'] and (ok['weights_mib'], ok['available_mib'], ok['margin_mib']) == (2997, 102400, 8192)
+    # MiniMax-M2.5 FP8 (~230 GB) does not fit 100 GiB: refused with the figures.
+    short = fit(230 * 10 ** 9, meminfo, 8192, 'minimax-m25')
+    assert not short['ok'] and 'its weights need 219346 MiB, MemAvailable is 102400 MiB' in short['message']
+    assert '125138 MiB short' in short['message']
+    assert not fit(1, "MemTotal: 1 kB\n", 0)['ok']  # no MemAvailable: unknown, refused

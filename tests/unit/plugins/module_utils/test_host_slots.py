@@ -313,3 +313,75 @@ def test_gateway_sees_the_serving_port_as_active_until_the_switch():
     # A new slot appears with its alias.
     view = hs.gateway_slots_before(slots, "c", "other", "c", "new", 8003, 8004)
     assert view["c"] == {"name": "c", "alias": "other", "model": "c", "port": 8003, "standby_port": 8004}
+
+
+def test_sleep_then_wake_through_the_module(tmp_path):
+    """Rollback by wake (docs/pivot-safety.md): the plan puts the slot's model to sleep when asked to and its unit has
+    sleep mode, records it asleep at the commit, wakes it on a pivot back, and refuses it to another slot."""
+    state, models = tmp_path / "state", tmp_path / "models"
+    state.mkdir()
+    for name in ("a", "b", "c"):
+        _write_manifest(str(models), name, SHA1)
+    common = {"state_dir": str(state), "models_root": str(models)}
+    gpu = {"gpu_count": 1, "gpus": [{"index": 0, "memory_total_mib": 143771, "memory_used_mib": 58600}]}
+    a = {"action": "set", "model": "a", "revision": SHA1, "model_dir": str(models / "a"), "port": 8000,
+         "standby_port": 8001, "gpu_ids": [0], "gateway": True, "alias": "chat", "sleep_mode": True, "since": 1.0}
+    assert _run_module(dict(common, **a))["changed"]
+    plan = dict(common, action="plan", model="b", revision=SHA1, catalog_port=8000, gpus_needed=1, gpu_facts=gpu,
+                sleep_previous=True, blue_green=False, variable_prefix="pivot_")
+
+    slept = _run_module(plan)
+    assert (slept["strategy"], slept["port"], slept["standby_port"], slept["gpu_ids"]) == ("sleep", 8001, 8000, [0])
+    assert slept["sleeps_previous"] and not slept["stops_asleep"] and slept["contract"]["port"]["value"] == 8000
+    assert slept["gateway_slots_before"]["default"]["port"] == 8000  # the gateway keeps the old port until the commit
+    # Blue/green allowed but not fitting beside the old model (0.9 of the GPU): sleep, with the reason.
+    crowded = _run_module(dict(plan, blue_green=True, gpu_memory_utilization=0.9))
+    assert crowded["strategy"] == "sleep" and "does not fit beside" in crowded["strategy_reason"]
+    # Not asked to, or a unit started without sleep mode: stop, then start (the reason says why).
+    assert _run_module(dict(plan, sleep_previous=False))["strategy"] == "stop_start"
+    assert _run_module(dict(common, **dict(a, sleep_mode=False)))["changed"]
+    plain = _run_module(plan)
+    assert plain["strategy"] == "stop_start" and "a was started without sleep mode" in plain["strategy_reason"]
+    assert _run_module(dict(common, **a))["changed"]
+
+    # The commit of b records a asleep on its port until keep_previous_s from now; a re-run of b keeps it.
+    b = {"action": "set", "model": "b", "revision": SHA1, "model_dir": str(models / "b"), "port": 8001,
+         "standby_port": 8000, "gpu_ids": [0], "gateway": True, "sleep_mode": True, "asleep": "previous",
+         "keep_previous_s": 600}
+    committed = _run_module(dict(common, **b))["slots"]["default"]
+    asleep = committed["asleep"]
+    assert (asleep["model"], asleep["unit"], asleep["port"], asleep["gpu_ids"], asleep["alias"]) == ("a", "vllm-a.service", 8000, [0], "chat")
+    assert abs(asleep["until"] - asleep["since"] - 600) < 0.01 and committed["sleep_mode"] is True
+    rerun = dict(common, action="set", model="b", revision=SHA1, model_dir=str(models / "b"), port=8001, standby_port=8000,
+                 gpu_ids=[0], gateway=True)
+    assert _run_module(rerun)["changed"] is False
+    assert sorted(_run_module(common)["units"]) == ["vllm-a.service", "vllm-b.service"]
+
+    # A pivot back to a, while it sleeps: a wake on its port; b sleeps in turn (its unit has sleep mode).
+    back = dict(plan, model="a", asleep_alive=True)
+    woken = _run_module(back)
+    assert (woken["strategy"], woken["port"], woken["standby_port"], woken["gpu_ids"]) == ("wake", 8000, 8001, [0])
+    assert woken["sleeps_previous"] and not woken["stops_asleep"]
+    assert not _run_module(dict(back, sleep_previous=False))["sleeps_previous"]  # still a wake; b stops
+    # a no longer sleeps (its timer stopped it): no wake; b sleeps, and the record's sleeper is stopped first.
+    gone = _run_module(dict(back, asleep_alive=False))
+    assert gone["strategy"] == "sleep" and gone["stops_asleep"] and gone["port"] == 8000
+    # Another model: a, asleep, stops first; b sleeps.
+    other = _run_module(dict(plan, model="c", asleep_alive=True))
+    assert other["strategy"] == "sleep" and other["stops_asleep"] and other["asleep"]["model"] == "a"
+    # A model asleep in one slot is refused to another (one unit per model).
+    taken = _run_module(dict(common, action="plan", slot="x", model="a", revision=SHA1, catalog_port=8005))
+    assert taken["failed"] and "a sleeps in slot default" in taken["msg"]
+
+    # Once stopped, the slot forgets it.
+    cleared = _run_module(dict(common, action="clear_asleep"))
+    assert cleared["changed"] and "asleep" not in cleared["slots"]["default"]
+    assert _run_module(dict(common, action="clear_asleep"))["changed"] is False
+
+
+def test_asleep_paths_have_one_owner():
+    paths = hs.asleep_paths("vllm-minimax-m25.service", "/var/lib/x/")
+    assert paths == {"answers": "/var/lib/x/asleep/vllm-minimax-m25.answers.json", "timer": "llmfleet-asleep-vllm-minimax-m25",
+                     "timer_unit": "llmfleet-asleep-vllm-minimax-m25.timer"}
+    with pytest.raises(hs.SlotError, match="named by its systemd unit"):
+        hs.asleep_paths("../x")
