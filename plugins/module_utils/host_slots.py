@@ -5,9 +5,9 @@
 A slot is one served model on its own GPUs and port: {name, model, profile, revision (commit sha), model_dir,
 gpu_ids, port, unit, since, previous, alias, standby_port, gateway, sleep_mode, asleep, pivot}. ``pivot`` is the intent
 of a pivot in progress (written before its first change to the host, see ``intent_record``); ``asleep`` the slot's
-previous model kept asleep on the standby port (vLLM's sleep mode, see ``asleep_record``). The host keeps all of them in <state_dir>/slots.json. A host of an older
-release kept one model in <state_dir>/current.json: that becomes the slot ``default`` (read here, written by the
-host_slots module on the first run).
+previous model kept asleep on the standby port (vLLM's sleep mode, see ``asleep_record``). The host keeps all of them
+in <state_dir>/slots.json. A host of an older release kept one model in <state_dir>/current.json: that becomes the
+slot ``default`` (read here, written by the host_slots module on the first run).
 
 This file owns the state's paths and schema, the slot and model-directory naming rules, the choice of GPUs
 and port for a slot, what a slot promises its clients across runs (alias, gateway, port) and the pivot intent.
