@@ -1,7 +1,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The recordings of a GPU host pivot run (tools/device/gpuhost.sh pivot-* phases, unpacked from its gpuhost.tgz) as
-the small fixtures tests/unit/recordings/test_gpu_pivot_h200.py reads:
-    python3 gpuhost_fixtures.py RESDIR FIXDIR [NAME]     (files FIXDIR/h200-pivot[-NAME]-*)
+the small fixtures tests/unit/recordings/test_gpu_pivot_h200.py (and test_gpu_wake.py) read:
+    python3 gpuhost_fixtures.py RESDIR FIXDIR [NAME [CARD]]     (files FIXDIR/<CARD, default h200>-pivot[-NAME]-*)
 Compacts the client's request log and the NVML timeline to arrays, keeps the pivot records, the slots after each
 pivot, the play logs' summaries and failures, and the vLLM units' lifecycle lines of the journal."""
 import glob
@@ -11,7 +11,8 @@ import re
 import sys
 
 res, fix = sys.argv[1], sys.argv[2]
-prefix = os.path.join(fix, "h200-pivot-%s" % (sys.argv[3] + "-" if len(sys.argv) > 3 else ""))
+card = sys.argv[4] if len(sys.argv) > 4 else "h200"
+prefix = os.path.join(fix, "%s-pivot-%s" % (card, sys.argv[3] + "-" if len(sys.argv) > 3 and sys.argv[3] else ""))
 
 
 def write(name, text):
@@ -33,6 +34,8 @@ write("nvml-timeline.json", json.dumps({"columns": ["t", "used_mib", "compute_pr
 records = {os.path.basename(p): json.load(open(p))
            for p in sorted(glob.glob(os.path.join(res, "controller", "**", "*-latest.json"), recursive=True))}
 records.update({os.path.basename(p): json.load(open(p)) for p in sorted(glob.glob(os.path.join(res, "pivot-*-record.json")))})
+# The host's records of rolled-back pivots (gpuhost.sh copies them after each pivot).
+records.update({os.path.basename(p): json.load(open(p)) for p in sorted(glob.glob(os.path.join(res, "*-rolled-back.json")))})
 write("records.json", json.dumps(records, indent=1, sort_keys=True) + "\n")
 
 # Only the runs that got past the preflight; an earlier failed attempt's "--- NAME" block is left out.
@@ -57,11 +60,12 @@ for log in sorted(glob.glob(os.path.join(res, "pivot-*.log"))):
 write("summaries.txt", "\n".join(summaries))
 
 keep = re.compile(r"systemd\[1\]: (Start|Stopp|Stopped|Deactivated)|version 0\.26\.0|backend=nccl|\[cuda\.py|Model loading "
-                  r"took|Available KV cache|GPU KV cache size|Free memory on device")
+                  r"took|Available KV cache|GPU KV cache size|Free memory on device|fall asleep|to wake up|Sleep mode freed|"
+                  r"sleep freed|POST /(sleep|wake_up)")
 lines = [line for line in open(os.path.join(res, "journal-units.txt"))
-         if "vllm-gpuhost" in line and keep.search(line) and "POST /v1" not in line]
+         if ("vllm-gpuhost" in line or "llmfleet-asleep" in line) and keep.search(line) and "POST /v1" not in line]
 write("journal-vllm.txt", "".join(lines))
-for name in ("hub-repos.txt", "hub-publish.txt", "inspect-gpuhost-llama1b-b.json"):
+for name in ("hub-repos.txt", "hub-publish.txt", "inspect-gpuhost-llama1b-b.json", "expiry.txt"):
     if not os.path.exists(os.path.join(res, name)):
         continue
     with open(os.path.join(res, name)) as handle:
