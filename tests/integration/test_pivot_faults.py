@@ -527,14 +527,28 @@ def test_rerun_after_upstream_main_moved_keeps_the_served_commit_and_directory(p
 
 def test_upstream_update_is_a_pivot_of_slot_b_to_a_new_directory(pivot):
     a_pid, before = _main_pid("tiny-llama-a"), _slots()["b"]
+    # Issue #33: slot b's record names a previous model asleep whose timer has already stopped it (what a sleep pivot
+    # leaves on a GPU host; the CPU engine cannot sleep, so the record is written here). No other slot may take that
+    # model; the next pivot of b finds it no longer sleeps, stops its (gone) timer and unit and forgets it.
+    state = json.loads(_ssh("cat", "/var/lib/llmfleet/slots.json"))
+    state["slots"]["b"]["asleep"] = {"model": "tiny-llama-c", "unit": "vllm-tiny-llama-c.service", "port": 8499, "gpu_ids": [],
+                                     "model_dir": "/srv/models/tiny-llama-c", "revision": None, "profile": "", "alias": "b",
+                                     "since": time.time() - 60, "until": time.time() - 1}
+    _ssh("echo %s | base64 -d > /var/lib/llmfleet/slots.json" % base64.b64encode(json.dumps(state).encode()).decode())
+    tiny_c = dict(_catalog_entry("tiny-llama-b"), port=8403, description="tiny-llama-b's repo under another name")
+    refused = pivot("-e", "model=tiny-llama-c", "-e", "slot=c",
+                    "-e", json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-c": tiny_c})}))
+    assert refused.returncode != 0 and "tiny-llama-c sleeps in slot b of this host" in refused.stdout, refused.stdout[-4000:]
     with _client_on_a() as client:
         result = pivot("-e", "model=tiny-llama-b", "-e", "slot=b", "-e", "revision=main")
     traffic = client.summary()
     log_summary(traffic)
     assert result.returncode == 0, result.stdout[-6000:]
+    assert "tiny-llama-c, asleep, stops first" in result.stdout, result.stdout[-6000:]
     assert traffic["failed"] == 0, traffic
     _assert_a_untouched(a_pid)
     after = _slots()["b"]
+    assert "asleep" not in after
     assert after["revision"] != before["revision"] and after["model_dir"] == "/srv/models/tiny-llama-b--" + after["revision"][:12]
     assert after["previous"] == {"model": "tiny-llama-b", "revision": before["revision"], "model_dir": before["model_dir"]}
     assert after["port"] == B_PORT and _healthy(B_URL)
