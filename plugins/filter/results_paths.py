@@ -25,7 +25,19 @@ def parity_record_path(results_dir, host, model, digest):
         raise AnsibleFilterError('parity_record_path: %s' % exc)
 
 
+def revision_lock_path(results_dir, model):
+    try:
+        return results_paths.revision_lock_path(results_dir, model)
+    except ValueError as exc:
+        raise AnsibleFilterError('revision_lock_path: %s' % exc)
+
+
+def revision_locks(results_dir):
+    return results_paths.read_revision_locks(results_dir)
+
+
 class FilterModule:
     def filters(self):
         return {'pivot_records_dir': pivot_records_dir, 'pivot_record_path': pivot_record_path,
-                'parity_record_path': parity_record_path}
+                'parity_record_path': parity_record_path, 'revision_lock_path': revision_lock_path,
+                'revision_locks': revision_locks}

@@ -1,6 +1,6 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The layout of the controller's results folder (the lookup llmfleet.vllm.results_dir finds the folder): the one
-owner of where a host's pivot records and golden answers lie, which the pivot writes and the rollout, its canary gate,
+owner of where a host's pivot records, golden answers and the fleet's revision locks lie, which the pivot writes and the rollout, its canary gate,
 the parity check, the benches and the tests read."""
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 PIVOTS_DIR = 'pivots'
 LATEST_SUFFIX = '-latest.json'
 PARITY_DIR = 'parity'
+LOCKS_DIR = 'locks'
 
 
 def pivot_records_dir(results_dir, host):
@@ -37,3 +38,29 @@ def read_pivot_record(results_dir, host, model):
     """The record of the host's latest pivot to ``model`` (a dict)."""
     with open(pivot_record_path(results_dir, host, model), encoding='utf-8') as handle:
         return json.load(handle)
+
+
+def revision_lock_path(results_dir, model):
+    """<results>/locks/<model>.json: the commit every host serves ``model`` at (rollout.yml writes it)."""
+    if not model or '/' in str(model):
+        raise ValueError('a revision lock is named after a catalog model name (no "/"); got %s' % json.dumps(model))
+    return os.path.join(str(results_dir), LOCKS_DIR, '%s.json' % model)
+
+
+def read_revision_locks(results_dir):
+    """{model: commit} of every revision lock in the results (none: {}); a lock that is not JSON is skipped."""
+    locks = {}
+    directory = os.path.join(str(results_dir), LOCKS_DIR)
+    if not os.path.isdir(directory):
+        return locks
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith('.json'):
+            continue
+        try:
+            with open(os.path.join(directory, name), encoding='utf-8') as handle:
+                lock = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        if isinstance(lock, dict) and lock.get('commit'):
+            locks[str(lock.get('model') or name[:-len('.json')])] = str(lock['commit'])
+    return locks

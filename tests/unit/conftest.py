@@ -26,3 +26,13 @@ def systemd_analyze():
     if version < 252:
         pytest.fail('systemd-analyze security --offline=true needs systemd >= 252, found %d' % version)
     return path
+
+
+@pytest.fixture(scope='session')
+def prometheus_bin():
+    """The directory of Debian's prometheus, promtool and prometheus-node-exporter (tools/prometheus/debian-prometheus.sh
+    downloads and unpacks the packages once; nothing is installed)."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), 'tools',
+                          'prometheus', 'debian-prometheus.sh')
+    root = subprocess.run([script], capture_output=True, text=True, check=True).stdout.strip()
+    return os.path.join(root, 'usr', 'bin')
