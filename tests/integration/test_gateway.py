@@ -19,9 +19,16 @@ In order, on one host (slot `default`, alias `chat`):
    one re-run rolls back to the recorded revision, then pivots; every failed request is a 503 with Retry-After
    between the first run's drain and the re-run's reopening of the gateway;
    HAProxy logs the empty backend below emergency level (journald would write an emergency to every terminal).
+Observability (issue #31) rides along: Debian's Prometheus, started by the test on this machine, reads the targets
+every pivot writes (observability_prometheus_host=localhost) and scrapes the slot's vLLM through the gateway's metrics
+listener, HAProxy's own metrics and Debian's node_exporter, run in the test host with the textfile the pivots write.
+After the blue/green pivot the new model's series carry its labels and the old one's stop, the pivot metrics equal the
+pivot record, every dashboard query returns data and the metric contract passes on vLLM 0.32 (and catches a removed
+metric); the killed stop-then-start shows as a pivot in progress; with API keys the metrics listener wants one too.
 """
 from __future__ import annotations
 
+import glob
 import http.client
 import json
 import os
@@ -39,12 +46,18 @@ from continuous_client import ContinuousClient, log_summary  # noqa: E402  pylin
 sys.path.insert(0, os.path.join(REPO, "tools", "crash"))
 import harness  # noqa: E402  pylint: disable=wrong-import-position
 
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from prometheus_server import PrometheusServer, debian_prometheus_bin  # noqa: E402  pylint: disable=wrong-import-position
+
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
 MACHINE, SSH_PORT, HUB_PORT = "itest-gw", "2233", "18093"
 # Ports of their own (test hosts share the host's network): the gateway, and the slot's two vLLM ports.
 GW_PORT, A_PORT, B_PORT = 8590, 8501, 8502
 GW_URL = f"http://127.0.0.1:{GW_PORT}"
+# Observability: the gateway's metrics listener, node_exporter in the test host, Prometheus on this machine.
+METRICS_PORT, NODE_PORT, PROM_PORT = 8591, 18591, 18590
+TESTBED_STATE = os.environ.get("TESTBED_STATE", "/var/lib/llmfleet-testbed")
 # A context of 2048 (the tiny models' positions; the catalog says 256): streams long enough to outlast the steps
 # between a gateway reload and the stop of the old model (test_stop_then_start_to_another_model_...).
 PORTS = {m: {"port": p, "serving": {"max_model_len": 2048}} for m, p in (("tiny-llama-a", A_PORT), ("tiny-llama-b", B_PORT))}
@@ -80,10 +93,14 @@ def _served_through_gateway() -> str:
 def pivot(tmp_path_factory, vllm_image, pivot_playbook):
     inv = tmp_path_factory.mktemp("gateway-inventory")
     results = tmp_path_factory.mktemp("gateway-results")
+    targets = tmp_path_factory.mktemp("prometheus-targets")
     (inv / "hosts.yml").write_text(
         f"all:\n  hosts:\n    {MACHINE}:\n      ansible_port: {SSH_PORT}\n"
         f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}\n      pivot_benchmark: false\n"
         f"      gateway_port: {GW_PORT}\n      gateway_retry_after_s: 5\n"
+        f"      gateway_metrics_port: {METRICS_PORT}\n      observability_prometheus_host: localhost\n"
+        f"      observability_targets_dir: {targets}\n      observability_node_exporter_port: {NODE_PORT}\n"
+        f"      observability_target_labels: {{site: itest}}\n"
         f"      pivot_controller_results_dir: {results}\n      llmfleet_models_extra: {json.dumps(PORTS)}\n")
     os.symlink(os.path.join(REPO, "inventory", "testbed", "group_vars"), inv / "group_vars")
 
@@ -92,6 +109,15 @@ def pivot(tmp_path_factory, vllm_image, pivot_playbook):
     run.results, run.inventory = results, inv
     subprocess.run([HUB, "start", HUB_PORT], check=True)
     subprocess.run([TESTBED, "up", MACHINE, SSH_PORT, vllm_image], check=True, capture_output=True)
+    # Debian's node_exporter in the test host, reading the textfile directory the pivots write into.
+    rootfs = os.path.join(TESTBED_STATE, MACHINE, "rootfs")
+    subprocess.run(["install", "-D", "-m", "0755", os.path.join(debian_prometheus_bin(), "prometheus-node-exporter"),
+                    os.path.join(rootfs, "usr", "local", "bin", "prometheus-node-exporter")], check=True)
+    _ssh("mkdir -p /var/lib/prometheus/node-exporter && systemd-run --unit node-exporter"
+         f" /usr/local/bin/prometheus-node-exporter --web.listen-address=127.0.0.1:{NODE_PORT} --collector.disable-defaults"
+         " --collector.textfile --collector.textfile.directory=/var/lib/prometheus/node-exporter")
+    prometheus = PrometheusServer(tmp_path_factory.mktemp("prometheus"), PROM_PORT, targets).start()
+    run.prometheus, run.targets = prometheus, targets
     try:
         first = run("-e", "model=tiny-llama-a", "-e", "pivot_gateway=false")
         assert first.returncode == 0, first.stdout[-6000:]
@@ -99,6 +125,7 @@ def pivot(tmp_path_factory, vllm_image, pivot_playbook):
         assert behind_gateway.returncode == 0, behind_gateway.stdout[-6000:]
         yield run
     finally:
+        prometheus.stop()
         subprocess.run([TESTBED, "down", MACHINE], check=False, capture_output=True)
         subprocess.run([HUB, "stop", HUB_PORT], check=False)
 
@@ -156,13 +183,29 @@ def test_first_model_serves_behind_the_gateway_on_loopback(pivot):
      "gateway_public_paths and gateway_public_path_prefixes must be lists of URL paths"),
     # vLLM's unit has no capabilities (L8).
     (["-e", "pivot_port=80"], "pivot_port must be a TCP port in 1024..65535 (vLLM runs without privileges"),
+    # Issue #31: a target label that clashes with the collection's, a targets directory Prometheus' host cannot write.
+    (["-e", '{"observability_target_labels": {"slot": "x"}}'],
+     "observability_target_labels: the label slot clashes with a label the collection sets"),
+    (["-e", "observability_targets_dir=READONLY"], "observability_targets_dir READONLY on localhost cannot be written"),
+    (["-e", f"gateway_metrics_port={GW_PORT}"], "gateway_metrics_port must be 0 (no metrics listener) or a TCP port"),
 ])
-def test_bad_gateway_input_is_refused_before_any_change(pivot, extra, message):
+def test_bad_gateway_input_is_refused_before_any_change(pivot, extra, message, tmp_path):
     pid, slot, config = _main_pid("tiny-llama-a"), _slot(), _ssh("cat /etc/haproxy/haproxy.cfg")
-    result = pivot("-e", "model=tiny-llama-b", *extra)
+    targets = sorted(os.listdir(pivot.targets))
+    if "observability_targets_dir=READONLY" in extra:
+        readonly = tmp_path / "readonly-targets"
+        readonly.mkdir()
+        subprocess.run(["mount", "--bind", "-o", "ro", str(readonly), str(readonly)], check=True)
+        extra, message = [e.replace("READONLY", str(readonly)) for e in extra], message.replace("READONLY", str(readonly))
+    try:
+        result = pivot("-e", "model=tiny-llama-b", *extra)
+    finally:
+        if "readonly" in locals():
+            subprocess.run(["umount", str(readonly)], check=False)
     assert result.returncode != 0 and message in result.stdout, result.stdout[-4000:]
     assert _main_pid("tiny-llama-a") == pid and _slot() == slot and _ssh("cat /etc/haproxy/haproxy.cfg") == config
     assert _ssh("test -e /srv/models/tiny-llama-b || echo absent") == "absent"
+    assert sorted(os.listdir(pivot.targets)) == targets
 
 
 def test_blue_green_pivot_fails_no_request_and_has_no_downtime(pivot):
@@ -215,6 +258,11 @@ def test_rollback_during_load_fails_no_request(pivot):
     assert _main_pid("tiny-llama-b") == b_pid and _slot() == slot
     assert _ssh("systemctl is-active vllm-tiny-llama-a.service") != "active"
     assert _served_through_gateway() == ("chat", 200)
+    # Prometheus: the slot's last pivot was rolled back, as the host's record of it says.
+    rolled_back = json.loads(_ssh("cat $(ls -1 /var/lib/llmfleet/pivots/*-rolled-back.json | tail -1)"))
+    seconds = pivot.prometheus.wait_query('llmfleet_pivot_last_rollback_seconds{slot="default"}',
+                                          lambda r: r and r[0][1] == rolled_back["rollback"]["seconds"])
+    assert seconds and pivot.prometheus.query('llmfleet_pivot_last_result{slot="default", result="rolled_back"}')[0][1] == 1
 
 
 def test_stop_then_start_to_another_model_lets_the_streams_in_flight_end(pivot):
@@ -255,6 +303,10 @@ def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_
                                              crash_before_task_named="Start the new model (written above)")
         assert killed, out[-6000:]
         assert _slot()["pivot"]["phase"] == "switching" and _slot()["revision"] == old_revision
+        # The intent was written, and said in the textfile, before the first change: Prometheus sees a pivot in
+        # progress while the slot cannot be scraped (the alert on a down slot waits for it).
+        pivot.prometheus.wait_query('llmfleet_slot_pivot_in_progress{slot="default"} == 1', lambda r: len(r) == 1)
+        pivot.prometheus.wait_query('up{job="llmfleet_vllm", slot="default"} == 0', lambda r: len(r) == 1)
         after_kill = harness.watch(GW_URL, "chat", 3)
         _ssh("systemctl reload haproxy")
         after_reload = harness.watch(GW_URL, "chat", 3)
@@ -282,10 +334,89 @@ def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_
     assert _ssh("journalctl -t haproxy -p 0..2 --no-pager -q") == ""
 
 
-def _gateway_status(path: str, *authorization: str) -> int:
+def _observability_playbook(pivot, *extra: str) -> subprocess.CompletedProcess:
+    """playbooks/observability.yml, as users run it: targets and textfile from host state, then the metric contract."""
+    return subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(pivot.inventory),
+                           os.path.join(REPO, "playbooks", "observability.yml"), *extra],
+                          capture_output=True, text=True, cwd=REPO, check=False, timeout=600)
+
+
+def _dashboard_queries():
+    """(dashboard, panel, PromQL) of every query of the shipped dashboards, Grafana's variables filled in."""
+    for path in sorted(glob.glob(os.path.join(REPO, "roles", "observability", "files", "dashboards", "*.json"))):
+        with open(path, encoding="utf-8") as handle:
+            board = json.load(handle)
+        for panel in board["panels"]:
+            for target in panel.get("targets") or []:
+                expr = re.sub(r"\$__rate_interval", "5m", target["expr"])
+                yield os.path.basename(path), panel["title"], re.sub(r"\$\{?\w+\}?", ".*", expr)
+
+
+def test_prometheus_follows_the_pivot_through_the_generated_targets(pivot):
+    """After the stop-then-start pivot to b's new revision: the targets say so (with the slot's labels), Prometheus
+    scrapes it through the gateway's metrics listener and the old revision's series are gone; the textfile's pivot
+    metrics equal the pivot record;
+    every dashboard query has data (GPU panels: tests/unit/recordings/test_gpu_textfile.py); the metric contract passes
+    on the bed's vLLM, and a metric it does not export fails it, naming its user."""
+    prom, slot = pivot.prometheus, _slot()
+    record = json.loads((pivot.results / MACHINE / "pivots" / "tiny-llama-b-latest.json").read_text())
+    assert (record["strategy"], record["revision"]) == ("stop_start", slot["revision"]) and record["previous_revision"]
+    version = json.loads(_ssh(f"curl -s http://127.0.0.1:{slot['port']}/version"))["version"]
+    with open(pivot.targets / f"llmfleet-{MACHINE}.json", encoding="utf-8") as handle:
+        groups = {g["labels"]["job"]: g for g in json.load(handle)}
+    assert groups["llmfleet_vllm"] == {"targets": [f"127.0.0.1:{METRICS_PORT}"], "labels": {
+        "job": "llmfleet_vllm", "__metrics_path__": "/slot/default/metrics", "host": MACHINE, "slot": "default",
+        "model": "tiny-llama-b", "alias": "chat", "revision": slot["revision"], "gpu_ids": "", "engine_version": version,
+        "revision_locked": "", "site": "itest"}}
+    assert groups["llmfleet_gateway"]["targets"] == [f"127.0.0.1:{METRICS_PORT}"]
+    assert groups["llmfleet_node"]["targets"] == [f"127.0.0.1:{NODE_PORT}"]
+
+    up = prom.wait_query('up{job="llmfleet_vllm", slot="default"} == 1', lambda r: len(r) == 1)
+    assert up[0][0]["model"] == "tiny-llama-b" and up[0][0]["engine_version"] == version, up
+    served = prom.wait_query('vllm:num_requests_running{job="llmfleet_vllm", host="%s"}' % MACHINE,
+                             lambda r: {(m["model"], m["revision"]) for m, _ in r} == {("tiny-llama-b", slot["revision"])})
+    assert {m["alias"] for m, _ in served} == {"chat"}
+    assert prom.query('vllm:num_requests_running{revision="%s"}' % record["previous_revision"]) == []
+    assert [v for _, v in prom.wait_query(
+        'haproxy_backend_active_servers{job="llmfleet_gateway", proxy="slot_default"}', lambda r: len(r) == 1)] == [1]
+
+    def one(expr):
+        result = prom.wait_query(expr, lambda r: len(r) == 1)
+        return result[0][1]
+    assert one('llmfleet_pivot_last_downtime_seconds{slot="default"}') == record["downtime_s"] > 0
+    assert one('llmfleet_pivot_last_timestamp_seconds{slot="default"}') == pytest.approx(record["new_ready_at"])
+    assert one('llmfleet_pivot_last_load_seconds{slot="default"}') == pytest.approx(record["load_time_s"])
+    assert one('llmfleet_pivot_last_info{slot="default", model="tiny-llama-b", previous_model="tiny-llama-b",'
+               ' revision="%s", previous_revision="%s", strategy="stop_start", result="passed"}'
+               % (record["revision"], record["previous_revision"])) == 1
+    assert one('llmfleet_pivot_last_result{slot="default", result="passed"}') == 1
+    for level in record["gate"]:
+        assert one('llmfleet_pivot_last_gate_output_tokens_per_second{slot="default", concurrency="%s"}'
+                   % level["concurrency"]) == pytest.approx(level["output_tok_s"])
+    assert one('llmfleet_slot_info{slot="default", model="tiny-llama-b", port="%d"}' % slot["port"]) == 1
+    assert one('llmfleet_slot_pivot_in_progress{slot="default"}') == 0
+    assert one('node_textfile_scrape_error{job="llmfleet_node"}') == 0
+
+    # Every dashboard query answers with data, but the GPU panels (no GPU here) and a table of what is wrong (none).
+    empty = [(board, title, expr) for board, title, expr in _dashboard_queries()
+             if "llmfleet_gpu_" not in expr and "== 0" not in expr and not prom.query(expr)]
+    assert empty == [], empty
+
+    checked = _observability_playbook(pivot)
+    assert checked.returncode == 0, checked.stdout[-6000:]
+    assert "changed=0" in checked.stdout.split("PLAY RECAP")[-1], checked.stdout[-4000:]
+    removed = _observability_playbook(pivot, "-e", json.dumps({"observability_contract_extra": [
+        {"metric": "vllm:time_per_output_token_seconds_bucket", "used_by": ["dashboard mine panel TPOT"]}]}))
+    assert removed.returncode != 0, removed.stdout[-4000:]
+    assert (f"{MACHINE} slot default (tiny-llama-b, vLLM {version}) does not export 1 metric(s) that dashboards or"
+            " alert rules use:\\n- vllm:time_per_output_token_seconds_bucket, used by dashboard mine panel TPOT") \
+        in removed.stdout, removed.stdout[-4000:]
+
+
+def _gateway_status(path: str, *authorization: str, port: int = GW_PORT) -> int:
     """The status of GET path at the gateway with these Authorization headers, in order (none: no header); the keys
     stay in this process (no curl command line)."""
-    conn = http.client.HTTPConnection("127.0.0.1", GW_PORT, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         conn.putrequest("GET", path)
         for value in authorization:
@@ -321,6 +452,21 @@ def test_gateway_api_keys_let_in_exactly_the_configured_keys(pivot, tmp_path):
     }
     assert statuses == {"Bearer k1": 200, "Bearer k2": 200, "Bearer": 401, "Bearer wrong": 401, "no header": 401,
                         "junk, Bearer": 401, "k1 without Bearer": 401, "two headers": 401, "/health": 200}, statuses
+    # The metrics listener wants the same keys; Prometheus scrapes again once its scrape config has one.
+    metrics = {(path, auth): _gateway_status(path, *auth, port=METRICS_PORT)
+               for path in ("/metrics", "/slot/default/metrics", "/slot/nope/metrics")
+               for auth in ((), ("Bearer wrong",), (f"Bearer {keys[0]}",))}
+    assert metrics == {("/metrics", ()): 401, ("/metrics", ("Bearer wrong",)): 401, ("/metrics", (f"Bearer {keys[0]}",)): 200,
+                       ("/slot/default/metrics", ()): 401, ("/slot/default/metrics", ("Bearer wrong",)): 401,
+                       ("/slot/default/metrics", (f"Bearer {keys[0]}",)): 200, ("/slot/nope/metrics", ()): 401,
+                       ("/slot/nope/metrics", ("Bearer wrong",)): 401, ("/slot/nope/metrics", (f"Bearer {keys[0]}",)): 404}, metrics
+    prom = pivot.prometheus
+    prom.wait_query('up{job=~"llmfleet_vllm|llmfleet_gateway"} == 0', lambda r: len(r) == 2)
+    credentials = tmp_path / "prometheus-credentials"
+    credentials.touch(mode=0o600)
+    credentials.write_text(keys[1])
+    prom.reload(str(credentials))
+    prom.wait_query('up{job=~"llmfleet_vllm|llmfleet_gateway"} == 1', lambda r: len(r) == 2)
     # The keys are what the gateway promises its clients: a later run that does not give them keeps them.
     kept = pivot("-e", f"model={_slot()['model']}")
     assert kept.returncode == 0, kept.stdout[-6000:]
