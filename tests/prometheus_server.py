@@ -93,8 +93,8 @@ class PrometheusServer:
             if value:
                 return value
             time.sleep(0.5)
-        raise AssertionError("waited %.0f s for %s; Prometheus' log:\n%s" % (timeout_s, what,
-                                                                           self.log() if self.proc else ""))
+        log = self.log() if self.proc else ""
+        raise AssertionError("waited %.0f s for %s; Prometheus' log:\n%s" % (timeout_s, what, log))
 
     def wait_query(self, expr: str, predicate, timeout_s: float = 30):
         """The result of expr once predicate(result) holds (an empty result too, when that is what it wants)."""

@@ -11,10 +11,10 @@ Pure functions of their inputs (no clock, no I/O), so a re-run that finds nothin
 from __future__ import annotations
 
 import json
-import math
 import re
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.host_slots import intent_of, slot_gateway
+from ansible_collections.llmfleet.vllm.plugins.module_utils.prom_text import Families, number
 
 TARGETS_FILE_PREFIX = 'llmfleet-'
 TEXTFILE_NAME = 'llmfleet.prom'
@@ -138,46 +138,6 @@ def targets_file_text(groups):
 
 # --- the textfile -------------------------------------------------------------------------------------------------
 
-def _escape(value):
-    return str(value).replace('\\', '\\\\').replace('\n', '\\n').replace('"', '\\"')
-
-
-def _number(value):
-    """A finite float, or None (a missing figure is no sample, never a 0 that a dashboard would draw)."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-class _Families:
-    """Metric families in the order they are first named, each with its HELP, TYPE and samples."""
-
-    def __init__(self):
-        self._families = {}
-
-    def add(self, name, help_text, labels, value, kind='gauge'):
-        value = _number(value)
-        family = self._families.setdefault(name, {'help': help_text, 'type': kind, 'samples': []})
-        if value is not None:
-            family['samples'].append((labels, value))
-
-    def text(self):
-        lines = []
-        for name, family in self._families.items():
-            if not family['samples']:
-                continue
-            lines.append('# HELP %s %s' % (name, family['help']))
-            lines.append('# TYPE %s %s' % (name, family['type']))
-            for labels, value in family['samples']:
-                rendered = ','.join('%s="%s"' % (key, _escape(val)) for key, val in labels.items())
-                lines.append('%s{%s} %s' % (name, rendered, repr(value) if value != int(value) else '%d' % value))
-        return '\n'.join(lines) + ('\n' if lines else '')
-
-
 def record_result(record):
     """passed, rolled_back or failed: a pivot record's result as the metrics spell it."""
     return _RECORD_RESULT.get((record or {}).get('result'), 'failed')
@@ -187,9 +147,9 @@ def record_time(record):
     """When a pivot ended (Unix seconds): the new model ready, or the previous one serving again after a rollback."""
     record = record or {}
     for value in (record.get('new_ready_at'), (record.get('rollback') or {}).get('serving_at'), record.get('at')):
-        number = _number(value)
-        if number is not None:
-            return number
+        found = number(value)
+        if found is not None:
+            return found
     return None
 
 
@@ -206,7 +166,7 @@ def latest_records(named_records):
 def slot_metrics_text(slots, named_records=None, locks=None):
     """The host's textfile: its slots and each slot's last pivot (result, downtime, load, rollback, the gate's
     figures with their confidence intervals), with the pivot's time so that a dashboard can annotate it."""
-    families = _Families()
+    families = Families()
     records = latest_records(named_records)
     for name, record in sorted((slots or {}).items()):
         if not isinstance(record, dict):

@@ -28,6 +28,9 @@
 #            a new commit of B on the hub (stop-then-start)
 #   pivot-sfirst|sgatefail|rgatefail|sleep|wakeback|reloadback  rollback by wake (issue 33, see pivot_run), then
 #   expiry   wait until the timer of the last sleep stopped B
+#   observe  playbooks/observability.yml on the GPU host (issue 31): the GPU textfile timer (NVML), the host's textfile
+#            and targets, the metric contract against the live CUDA vLLM; then the gateway's metrics listener
+#            (HAProxy's and the slot's vLLM metrics) and the textfiles, recorded
 #   pack     /root/carry/res to $OUT/gpuhost.tgz
 # The first failing phase ends the list, except that pack still runs when named.
 set -uo pipefail
@@ -337,6 +340,39 @@ expiry() {
   [ "$state" = inactive ]
 }
 
+observe() {
+  sync_repo
+  local tf=/var/lib/prometheus/node-exporter
+  inside mkdir -p $tf $RES/targets
+  local t0=$SECONDS rc
+  inside env PYTHONPATH=$CARRY/coll:$CARRY/site ANSIBLE_COLLECTIONS_PATH=$CARRY/coll ANSIBLE_NOCOLOR=1 \
+    ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default ANSIBLE_DEPRECATION_WARNINGS=0 ANSIBLE_LOCAL_TEMP=/root/.ansible/tmp \
+    $PY -m ansible.cli.playbook -i $CARRY/repo/tools/device/gpuhost-pivot $CARRY/repo/playbooks/observability.yml \
+    -e observability_prometheus_host=localhost -e observability_targets_dir=$RES/targets -e observability_gpu_python=$PY \
+    > $RES/observe-play.log 2>&1
+  rc=$?
+  echo "observability.yml: rc $rc in $((SECONDS - t0)) s"; grep -A3 "PLAY RECAP" $RES/observe-play.log
+  [ $rc -eq 0 ] || grep -B2 -A12 "fatal:\|FAILED" $RES/observe-play.log | tail -40
+  sleep 20  # the timer writes the GPU file again (every 15 s)
+  inside sh -c "cp $tf/*.prom $RES/; systemctl status --no-pager llmfleet-gpu-metrics.timer llmfleet-gpu-metrics.service" \
+    > $RES/observe-units.txt 2>&1
+  inside $PY - $RES <<'PY'
+import sys, urllib.request as u
+res = sys.argv[1]
+for name, url in (("observe-haproxy-metrics.txt", "http://127.0.0.1:8405/metrics"),
+                  ("observe-slot-metrics.txt", "http://127.0.0.1:8405/slot/default/metrics"),
+                  ("observe-vllm-direct-metrics.txt", "http://127.0.0.1:8000/metrics")):
+    try:
+        body = u.urlopen(url, timeout=10).read()
+    except Exception as exc:  # noqa: BLE001
+        body = ("ERROR %s\n" % exc).encode()
+    open("%s/%s" % (res, name), "wb").write(body)
+    print(name, len(body), "bytes")
+PY
+  ls -la $RES/*.prom $RES/targets; head -c 600 $RES/llmfleet-gpu.prom
+  [ $rc -eq 0 ]
+}
+
 pack() {
   inside journalctl --no-pager -o short-iso -u 'vllm-*' -u nvidia-uvm-nodes.service > $RES/journal-units.txt 2>&1
   inside journalctl --no-pager -o short-iso -u haproxy.service -u llmfleet-hub.service -u gpuhost-client.service > $RES/journal-gateway.txt 2>&1
@@ -365,6 +401,7 @@ gpuhost_phase() {
     client-stop) client_stop ;;
     pivot-*) pivot_run "${phase#pivot-}" ;;
     expiry) expiry b ;;
+    observe) observe ;;
     pack) pack ;;
     *) echo "unknown phase $phase"; false ;;
   esac

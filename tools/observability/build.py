@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build what roles/observability/files/ ships from code: the dashboards (tools/observability/dashboards.py) and the
 metric contract - every metric a dashboard query or an alert rule uses, with who uses it - read from the PromQL itself
 (promql-parser), so a renamed metric is caught where it is used.

@@ -102,17 +102,18 @@ def test_the_textfile_says_what_the_pivot_records_say(prometheus_bin):
              ("20261205T104500Z-llama1b-a.json", passed), ("20261205T104400Z-cut-short.json", None)]
     slots = dict(SLOTS, default=dict(SLOTS["default"], pivot={"phase": "switching", "since": 1796466900.5}))
     text = obs.slot_metrics_text(slots, named, {"llama1b-a": A})
-    check = subprocess.run([prometheus_bin + "/promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    check = subprocess.run([prometheus_bin + "/promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+                           check=False)
     assert check.returncode == 0, check.stdout + check.stderr + text
 
     assert value(text, "llmfleet_pivot_last_downtime_seconds", slot="default") == passed["downtime_s"]
     assert value(text, "llmfleet_pivot_last_timestamp_seconds", slot="default") == passed["new_ready_at"]
     # A figure the record does not have (a wake loads nothing) is no sample, not a 0 a dashboard would draw.
     assert passed["load_time_s"] is None
-    assert not [n for n, ls, _ in samples(text) if n == "llmfleet_pivot_last_load_seconds" and ls["slot"] == "default"]
+    assert not [n for n, ls, _value in samples(text) if n == "llmfleet_pivot_last_load_seconds" and ls["slot"] == "default"]
     assert value(text, "llmfleet_pivot_last_result", slot="default", result="passed") == 1
     assert value(text, "llmfleet_pivot_last_result", slot="default", result="rolled_back") == 0
-    info = [ls for n, ls, _ in samples(text) if n == "llmfleet_pivot_last_info" and ls["slot"] == "default"][0]
+    info = [ls for n, ls, _value in samples(text) if n == "llmfleet_pivot_last_info" and ls["slot"] == "default"][0]
     assert (info["model"], info["previous_model"], info["revision"], info["strategy"]) == \
         (passed["model"], passed["previous_model"], passed["revision"], passed["strategy"])
     for level in passed["gate"]:
@@ -125,14 +126,14 @@ def test_the_textfile_says_what_the_pivot_records_say(prometheus_bin):
     assert value(text, "llmfleet_pivot_last_result", slot="batch", result="rolled_back") == 1
     assert value(text, "llmfleet_pivot_last_rollback_seconds", slot="batch") == rolled_back["rollback"]["seconds"]
     assert value(text, "llmfleet_pivot_last_timestamp_seconds", slot="batch") == rolled_back["rollback"]["serving_at"]
-    assert not [n for n, ls, _ in samples(text) if n == "llmfleet_pivot_last_downtime_seconds" and ls["slot"] == "batch"]
+    assert not [n for n, ls, _value in samples(text) if n == "llmfleet_pivot_last_downtime_seconds" and ls["slot"] == "batch"]
     # The slots: what each serves, a pivot begun and not ended, the fleet's lock.
     assert value(text, "llmfleet_slot_pivot_in_progress", slot="default") == 1
     assert value(text, "llmfleet_slot_pivot_started_timestamp_seconds", slot="default") == 1796466900.5
     assert value(text, "llmfleet_slot_pivot_in_progress", slot="batch") == 0
     assert value(text, "llmfleet_slot_revision_locked", slot="default", locked_revision=A) == 1
     assert value(text, "llmfleet_slot_info", slot="default", model="llama1b-a", port="8000", gpu_ids="0,1") == 1
-    assert not [ls for n, ls, _ in samples(text) if n == "llmfleet_slot_info" and ls["slot"] == "empty"]
+    assert not [ls for n, ls, _value in samples(text) if n == "llmfleet_slot_info" and ls["slot"] == "empty"]
     # Nothing in the text depends on when it was written: a re-run writes the same bytes.
     assert obs.slot_metrics_text(slots, list(reversed(named)), {"llama1b-a": A}) == text
 
