@@ -10,7 +10,6 @@ beside atomic_write.py and prom_text.py."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 try:
     from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write
@@ -72,4 +71,4 @@ def main(argv=None, nvml=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    raise SystemExit(main())

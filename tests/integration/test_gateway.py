@@ -374,10 +374,10 @@ def test_prometheus_follows_the_pivot_through_the_generated_targets(pivot):
     up = prom.wait_query('up{job="llmfleet_vllm", slot="default"} == 1', lambda r: len(r) == 1)
     assert up[0][0]["model"] == "tiny-llama-b" and up[0][0]["engine_version"] == version, up
     served = prom.wait_query('vllm:num_requests_running{job="llmfleet_vllm", host="%s"}' % MACHINE,
-                             lambda r: {(m["model"], m["revision"]) for m, _ in r} == {("tiny-llama-b", slot["revision"])})
-    assert {m["alias"] for m, _ in served} == {"chat"}
+                             lambda r: {(m["model"], m["revision"]) for m, _v in r} == {("tiny-llama-b", slot["revision"])})
+    assert {m["alias"] for m, _v in served} == {"chat"}
     assert prom.query('vllm:num_requests_running{revision="%s"}' % record["previous_revision"]) == []
-    assert [v for _, v in prom.wait_query(
+    assert [v for _m, v in prom.wait_query(
         'haproxy_backend_active_servers{job="llmfleet_gateway", proxy="slot_default"}', lambda r: len(r) == 1)] == [1]
 
     def one(expr):
