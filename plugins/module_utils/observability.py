@@ -223,27 +223,34 @@ def _pivot_metrics(families, name, record):
     families.add('llmfleet_pivot_last_rollback_seconds',
                  'Seconds from the failure to the previous model serving again (a rolled-back pivot).', slot,
                  rollback.get('seconds'))
-    for level in record.get('gate') or []:
+    _level_metrics(families, slot, 'gate', record.get('gate'))
+    _level_metrics(families, slot, 'benchmark', (record.get('benchmark') or {}).get('levels'))
+
+
+def _level_metrics(families, slot, kind, levels):
+    """The figures of the gate's or the benchmark's levels: output tokens per second with its 95% confidence interval,
+    error ratio, whether the level passed (gate), inter-token latency and time to first token percentiles."""
+    what = {'gate': 'the gate after the switch', 'benchmark': 'the benchmark after the pivot'}[kind]
+    prefix = 'llmfleet_pivot_last_%s_' % kind
+    for level in levels or []:
         if not isinstance(level, dict) or level.get('concurrency') is None:
             continue
         at = dict(slot, concurrency=str(level['concurrency']))
         interval = level.get('output_tok_s_ci') or {}
-        families.add('llmfleet_pivot_last_gate_output_tokens_per_second',
-                     'Output tokens per second the new model sustained in the gate, at each concurrency.', at,
-                     level.get('output_tok_s'))
-        families.add('llmfleet_pivot_last_gate_output_tokens_per_second_ci_low',
-                     'Low end of the 95% confidence interval of the gate\'s output tokens per second.', at, interval.get('low'))
-        families.add('llmfleet_pivot_last_gate_output_tokens_per_second_ci_high',
-                     'High end of the 95% confidence interval of the gate\'s output tokens per second.', at,
+        families.add(prefix + 'output_tokens_per_second', 'Output tokens per second in %s, at each concurrency.' % what,
+                     at, level.get('output_tok_s'))
+        families.add(prefix + 'output_tokens_per_second_ci_low',
+                     'Low end of the 95%% confidence interval of the output tokens per second in %s.' % what, at,
+                     interval.get('low'))
+        families.add(prefix + 'output_tokens_per_second_ci_high',
+                     'High end of the 95%% confidence interval of the output tokens per second in %s.' % what, at,
                      interval.get('high'))
-        families.add('llmfleet_pivot_last_gate_error_ratio', 'Share of the gate\'s requests that failed, at each concurrency.',
-                     at, level.get('error_rate'))
-        families.add('llmfleet_pivot_last_gate_passed', '1 when the gate passed at this concurrency.', at,
-                     1 if level.get('passed') else 0)
-        for percentile in ('50', '90', '99'):
-            families.add('llmfleet_pivot_last_gate_itl_seconds', 'Inter-token latency in the gate, by percentile.',
-                         dict(at, percentile=percentile), (level.get('itl_s') or {}).get('p' + percentile))
-    client = record.get('client') or {}
-    families.add('llmfleet_pivot_last_client_failed_requests',
-                 'Requests a client on the slot\'s alias saw fail during the pivot, when one was measured.', slot,
-                 client.get('failed'))
+        families.add(prefix + 'error_ratio', 'Share of the requests that failed in %s, at each concurrency.' % what, at,
+                     level.get('error_rate'))
+        if kind == 'gate':
+            families.add(prefix + 'passed', '1 when the gate passed at this concurrency.', at, 1 if level.get('passed') else 0)
+        for stat, label in (('itl_s', 'itl'), ('ttft_s', 'ttft')):
+            for percentile in ('50', '90', '99'):
+                families.add(prefix + label + '_seconds', '%s in %s, by percentile.'
+                             % ({'itl': 'Inter-token latency', 'ttft': 'Time to first token'}[label], what),
+                             dict(at, percentile=percentile), (level.get(stat) or {}).get('p' + percentile))

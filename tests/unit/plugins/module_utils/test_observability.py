@@ -122,6 +122,17 @@ def test_the_textfile_says_what_the_pivot_records_say(prometheus_bin):
         assert value(text, "llmfleet_pivot_last_gate_output_tokens_per_second_ci_low", **at) == \
             pytest.approx(level["output_tok_s_ci"]["low"])
         assert value(text, "llmfleet_pivot_last_gate_itl_seconds", percentile="99", **at) == pytest.approx(level["itl_s"]["p99"])
+    # The benchmark after the pivot (H200 record of roles/benchmark) joins the record: its levels are metrics too.
+    bench = json.loads((FIX / "h200-vllm-bench-record.json").read_text())
+    with_bench = obs.slot_metrics_text(slots, [("20261205T104500Z-llama1b-a.json", dict(passed, benchmark={"levels": bench["levels"]}))])
+    for level in bench["levels"]:
+        at = {"slot": "default", "concurrency": str(level["concurrency"])}
+        assert value(with_bench, "llmfleet_pivot_last_benchmark_output_tokens_per_second", **at) == \
+            pytest.approx(level["output_tok_s"])
+        assert value(with_bench, "llmfleet_pivot_last_benchmark_ttft_seconds", percentile="99", **at) == \
+            pytest.approx(level["ttft_s"]["p99"])
+    assert subprocess.run([prometheus_bin + "/promtool", "check", "metrics"], input=with_bench, capture_output=True,
+                          text=True, check=False).returncode == 0
     # Slot batch: the rolled-back pivot is later than the passed one.
     assert value(text, "llmfleet_pivot_last_result", slot="batch", result="rolled_back") == 1
     assert value(text, "llmfleet_pivot_last_rollback_seconds", slot="batch") == rolled_back["rollback"]["seconds"]
