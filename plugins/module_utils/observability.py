@@ -86,22 +86,19 @@ def _port(value, variable):
 
 
 def target_groups(host, address, slots, gateway_metrics_port=None, node_exporter_port=None, engine_versions=None,
-                  locks=None, extra_labels=None, gateway_scheme='http'):
+                  locks=None, extra_labels=None):
     """The file_sd target groups of one host.
 
     A slot behind the gateway is scraped through the gateway's metrics listener (its vLLM listens on loopback only),
     at /slot/<name>/metrics; a slot without a gateway at its own port. Every group carries the slot's labels, so
     every series of a slot's vLLM says which model, alias, revision and GPUs it serves; a pivot rewrites the file and
-    the next scrape has the new labels. gateway_scheme https: the gateway serves TLS (its targets say __scheme__).
+    the next scrape has the new labels.
     """
     targets_file_name(host)
     if not isinstance(address, str) or not ADDRESS_RE.match(address):
         raise ObservabilityError('observability_scrape_address must be one IP address or host name, got %s'
                                  % json.dumps(address))
     extra = check_extra_labels(extra_labels)
-    if gateway_scheme not in ('http', 'https'):
-        raise ObservabilityError('the gateway metrics scheme must be http or https, got %s' % json.dumps(gateway_scheme))
-    through_gateway = {'__scheme__': 'https'} if gateway_scheme == 'https' else {}
     versions = engine_versions or {}
     groups = []
     gateway_used = False
@@ -117,7 +114,7 @@ def target_groups(host, address, slots, gateway_metrics_port=None, node_exporter
         else:
             target = '%s:%d' % (address, _port(record['port'], 'slot %s port' % name))
             path = '/metrics'
-        labels = dict(extra, **(through_gateway if slot_gateway(record) else {}))
+        labels = dict(extra)
         labels.update({
             'job': JOB_VLLM, '__metrics_path__': path, 'host': host, 'slot': name, 'model': str(record['model']),
             'alias': str(record.get('alias') or ''), 'revision': str(record.get('revision') or ''),
@@ -126,7 +123,7 @@ def target_groups(host, address, slots, gateway_metrics_port=None, node_exporter
             'revision_locked': revision_locked(record['model'], record.get('revision'), locks)})
         groups.append({'targets': [target], 'labels': labels})
     if gateway_used:
-        labels = dict(extra, job=JOB_GATEWAY, host=host, __metrics_path__=GATEWAY_METRICS_PATH, **through_gateway)
+        labels = dict(extra, job=JOB_GATEWAY, host=host, __metrics_path__=GATEWAY_METRICS_PATH)
         groups.append({'targets': ['%s:%d' % (address, int(gateway_metrics_port))], 'labels': labels})
     if node_exporter_port:
         labels = dict(extra, job=JOB_NODE, host=host)

@@ -67,11 +67,6 @@ def test_a_slot_behind_the_gateway_is_scraped_through_its_metrics_listener_with_
     # No gateway metrics listener, no node_exporter: only the slot on its own port.
     assert [g["labels"]["slot"] for g in filters.prometheus_targets(SLOTS, "gpu-01", "10.0.0.11")] == ["batch"]
     assert filters.slot_metrics_path("default") == "/slot/default/metrics"
-    # A gateway with TLS: what goes through it is scraped over https, the slot on its own port is not.
-    tls = {(g["labels"]["job"], g["labels"].get("slot")): g["labels"].get("__scheme__")
-           for g in filters.prometheus_targets(SLOTS, "gpu-01", "10.0.0.11", 8405, 9100, gateway_scheme="https")}
-    assert tls == {("llmfleet_vllm", "default"): "https", ("llmfleet_vllm", "batch"): None,
-                   ("llmfleet_gateway", None): "https", ("llmfleet_node", None): None}
     assert filters.prometheus_targets_file("gpu-01.lab") == "llmfleet-gpu-01.lab.json"
 
 
