@@ -260,6 +260,8 @@ def test_rollback_during_load_fails_no_request(pivot):
     assert _served_through_gateway() == ("chat", 200)
     # Prometheus: the slot's last pivot was rolled back, as the host's record of it says.
     rolled_back = json.loads(_ssh("cat $(ls -1 /var/lib/llmfleet/pivots/*-rolled-back.json | tail -1)"))
+    textfile = _ssh("cat /var/lib/prometheus/node-exporter/llmfleet.prom")
+    assert 'llmfleet_pivot_last_result{slot="default",result="rolled_back"} 1' in textfile, (textfile, result.stdout[-5000:])
     seconds = pivot.prometheus.wait_query('llmfleet_pivot_last_rollback_seconds{slot="default"}',
                                           lambda r: r and r[0][1] == rolled_back["rollback"]["seconds"])
     assert seconds and pivot.prometheus.query('llmfleet_pivot_last_result{slot="default", result="rolled_back"}')[0][1] == 1
