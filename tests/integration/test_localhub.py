@@ -13,6 +13,7 @@ import random
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -343,6 +344,29 @@ def test_rate_cap_slows_serving(hub, tmp_path):
     hf_hub_download(REPO, "tokenizer.json", endpoint=hub.url, local_dir=str(tmp_path / "slow"), token=False)
     slow = time.monotonic() - started
     assert slow >= 1.9 and fast < 1.0
+
+
+def test_uplink_rate_is_shared_by_every_download(hub, tmp_path):
+    """The site's link to the hub: two clients at once take twice as long as one alone at the same uplink rate."""
+    size = os.path.getsize(os.path.join(hub.server.store.root, REPO, "tokenizer.json"))
+    hub.set_faults({"uplink_rate": size})  # one download alone: about one second
+
+    def download(target):
+        hf_hub_download(REPO, "tokenizer.json", endpoint=hub.url, local_dir=str(tmp_path / target), token=False)
+
+    started = time.monotonic()
+    download("alone")
+    alone = time.monotonic() - started
+    started = time.monotonic()
+    both = [threading.Thread(target=download, args=(name,)) for name in ("first", "second")]
+    for thread in both:
+        thread.start()
+    for thread in both:
+        thread.join()
+    together = time.monotonic() - started
+    assert 0.9 <= alone < 1.6 and together >= 1.9, (alone, together)
+    with pytest.raises(ValueError, match="uplink_rate"):
+        hub.set_faults({"uplink_rate": 0})
 
 
 # -- fault control --------------------------------------------------------------------------------

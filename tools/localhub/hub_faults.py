@@ -2,7 +2,9 @@
 
 JSON shape (every key optional):
 
-    {"repos": {"org/name": {
+    {"uplink_rate": 1048576,           # bytes per second of every file body together: the site's link to the
+                                       # hub, shared by all hosts downloading at once
+     "repos": {"org/name": {
         "token": "hf_secret",          # gated: resolve needs "Authorization: Bearer hf_secret"
         "api_status": 500,             # /api/models/... answers this status
         "files": {"model-0000*.safetensors": {   # fnmatch pattern on the path in the repo
@@ -29,8 +31,11 @@ TRIGGER_KEYS = {"drop": "drop_at", "status": "status"}  # fault kind -> the key 
 
 def validate(plan):
     """Raise ValueError on keys the fixture does not know, so a typo cannot silently disable a fault."""
-    if not isinstance(plan, dict) or set(plan) - {"repos"}:
-        raise ValueError("fault plan must be an object with only a 'repos' key")
+    if not isinstance(plan, dict) or set(plan) - {"repos", "uplink_rate"}:
+        raise ValueError("fault plan must be an object with only 'repos' and 'uplink_rate' keys")
+    rate = plan.get("uplink_rate")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0):
+        raise ValueError(f"uplink_rate must be a positive number of bytes per second, got {rate!r}")
     for repo_id, repo in plan.get("repos", {}).items():
         unknown = set(repo) - REPO_FAULT_KEYS
         if unknown:
@@ -40,6 +45,22 @@ def validate(plan):
             if unknown:
                 raise ValueError(f"{repo_id}:{pattern}: unknown file fault keys {sorted(unknown)}")
     return plan
+
+
+class Uplink:
+    """One rate shared by every body the hub sends (a token bucket without burst): N hosts downloading at once each
+    get about 1/N of it, as behind a site's one link to the hub."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._free_at = 0.0
+
+    def wait_for(self, nbytes, rate, now, sleep):
+        """Block until `nbytes` more may go out at `rate` bytes/s, all senders together."""
+        with self._lock:
+            self._free_at = max(self._free_at, now()) + nbytes / rate
+            due = self._free_at
+        sleep(max(0.0, due - now()))
 
 
 class FaultPlan:
@@ -77,6 +98,9 @@ class FaultPlan:
                 plan = validate(json.load(handle))
         if stamp != self._file_stamp:
             self._file_stamp, self._plan, self._counters = stamp, plan, {}
+
+    def uplink_rate(self):
+        return self.current().get("uplink_rate")
 
     def repo_faults(self, repo_id):
         return self.current().get("repos", {}).get(repo_id, {})

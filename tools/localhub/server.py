@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from hub_faults import FaultPlan  # noqa: E402
+from hub_faults import FaultPlan, Uplink  # noqa: E402
 from hub_repos import RepoStore  # noqa: E402
 
 CHUNK_SIZE = 64 * 1024
@@ -273,7 +273,9 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             corrupt_at = faults.get("corrupt_offset", (None, repo_file.size // 2))[1]
         stop = min(end, max(start, faults["drop_at"][1])) if drop else end
         rate = faults.get("rate", (None, None))[1]
-        chunk_size = max(1, min(CHUNK_SIZE, rate // 20)) if rate else CHUNK_SIZE
+        uplink_rate = self.server.faults.uplink_rate()
+        slowest = min(r for r in (rate, uplink_rate, CHUNK_SIZE * 20) if r)
+        chunk_size = max(1, min(CHUNK_SIZE, slowest // 20))
         began = time.monotonic()
         with open(repo_file.abspath, "rb") as handle:
             handle.seek(start)
@@ -289,6 +291,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                 entry["bytes_sent"] += len(data)
                 if rate:
                     time.sleep(max(0.0, began + (pos - start) / rate - time.monotonic()))
+                if uplink_rate:
+                    self.server.uplink.wait_for(len(data), uplink_rate, time.monotonic, time.sleep)
         if stop < end:  # a killed transfer: the client sees a body shorter than Content-Length
             self.wfile.flush()
             self.close_connection = True
@@ -358,6 +362,7 @@ class LocalHubServer(ThreadingHTTPServer):
         super().__init__(address, HubRequestHandler)
         self.store = RepoStore(root)
         self.faults = FaultPlan(faults_file)
+        self.uplink = Uplink()
         self.request_log = RequestLog()
         self.verbose = verbose
 

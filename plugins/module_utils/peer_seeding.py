@@ -1,0 +1,235 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Seeding a model over the LAN: which host copies from which, and what host-to-host access that needs.
+
+One owner for the rules of ``roles/model_seed`` and the ``peer_copy`` module:
+
+- rounds: every host holding a verified copy serves at most ``fanout`` hosts per round, so copies grow
+  (fanout + 1)-fold a round (doubling with the default 1); a host never copies from a source named bad for it;
+- the per-rollout access: one ``authorized_keys`` line per pulling host on each source, forced to a read-only
+  rsync of the source's model directory (rsync's own ``rrsync``), ``restrict``, limited to the puller's address
+  when that is an IP and expiring with the rollout; a known_hosts line per source;
+- the rsync command line (ssh with that key only, the source's host key only, a bandwidth cap and an I/O
+  timeout) and the figures of its ``--stats``.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+
+SEED_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
+PUBLIC_KEY_RE = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) [A-Za-z0-9+/=]+\Z")
+# Paths end up inside a forced command between double quotes: no quotes, no whitespace, no shell syntax.
+SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]*\Z")
+PARTIAL_DIR = ".cache/llmfleet/rsync-partial"
+DONE_PREFIX = "llmfleet-done "
+# What a copy takes besides the files of the model: the record of applied patches and the hub originals it kept
+# (verification checks a patched file through them). Never the source's manifest (the lock's is written instead), its
+# digest ledger, quarantine or the hub client's bookkeeping.
+RSYNC_FILTERS = (
+    "--include=/.cache/", "--include=/.cache/llmfleet/", "--include=/.cache/llmfleet/patches.json",
+    "--include=/.cache/llmfleet/originals/***", "--exclude=/.cache/**", "--exclude=/.llmfleet-manifest.json",
+)
+_STATS = {"literal": "Literal data", "matched": "Matched data", "received": "Total bytes received",
+          "transferred_files": "Number of regular files transferred"}
+
+
+class SeedError(ValueError):
+    pass
+
+
+def plan_round(holders, targets, fanout=1, avoid=None):
+    """{target: [source, fallback sources...]} for one round.
+
+    holders -- hosts holding a verified copy, in order of preference; targets -- hosts still without one, in order;
+    avoid -- {target: [sources named bad for it]}. Each holder is the first source of at most ``fanout`` targets; a
+    target's other sources (least loaded first) are only tried when the first fails. A target without a free
+    holder waits for the next round; one that may use no holder at all is left out (it falls back to the hub).
+    """
+    fanout = int(fanout)
+    if fanout < 1:
+        raise SeedError("fanout must be at least 1, got %r" % fanout)
+    avoid = avoid or {}
+    load = dict((holder, 0) for holder in holders)
+    order = dict((holder, index) for index, holder in enumerate(holders))
+    plan = {}
+    for target in targets:
+        usable = [h for h in holders if h != target and h not in (avoid.get(target) or ())]
+        free = [h for h in usable if load[h] < fanout]
+        if not free:
+            continue
+        first = min(free, key=lambda h: (load[h], order[h]))
+        load[first] += 1
+        plan[target] = [first]
+    for target, sources in plan.items():
+        usable = [h for h in holders if h != target and h not in (avoid.get(target) or ()) and h != sources[0]]
+        sources.extend(sorted(usable, key=lambda h: (load[h], order[h])))
+    return plan
+
+
+def new_state(holders, targets):
+    """The seeding state the rounds carry: who holds a verified copy, who still needs one, which sources a target
+    must not use again, which holders were named bad (to be checked again), which targets no peer could serve."""
+    return {"holders": list(holders), "pending": [t for t in targets if t not in holders], "avoid": {},
+            "suspects": [], "no_peer": {}, "bad_named": {}}
+
+
+def after_copies(state, copies, plan):
+    """The state after one round's copies.
+
+    copies -- {target: peer_copy's result} of the targets planned this round (others may be absent or skipped).
+    A verified target becomes a holder. A source that sent a bad file leaves the holders until a full check of its own
+    copy clears it, and is never again a source for that target. A target for which every source it tried failed
+    without sending anything wrong, and which has no other holder left, is given up (it falls back to the hub).
+    """
+    state = dict((k, (dict(v) if isinstance(v, dict) else list(v))) for k, v in state.items())
+    for target in plan:
+        result = copies.get(target) or {}
+        if result.get("skipped") or "verified" not in result:
+            continue
+        for source, files in (result.get("bad_sources") or {}).items():
+            state["avoid"].setdefault(target, [])
+            if source not in state["avoid"][target]:
+                state["avoid"][target].append(source)
+            state["bad_named"].setdefault(source, [])
+            state["bad_named"][source].extend("%s (to %s)" % (f, target) for f in files)
+            if source in state["holders"]:
+                state["holders"].remove(source)
+            if source not in state["suspects"]:
+                state["suspects"].append(source)
+        if result["verified"]:
+            state["pending"].remove(target)
+            state["holders"].append(target)
+            continue
+        tried = [a["source"] for a in result.get("attempts") or []]
+        failed = [a for a in result.get("attempts") or [] if a.get("result") == "failed"]
+        others = [h for h in state["holders"] if h not in tried and h != target
+                  and h not in state["avoid"].get(target, [])]
+        if tried and len(failed) == len(tried) and not others and not state["suspects"]:
+            state["pending"].remove(target)
+            state["no_peer"][target] = "; ".join("%s: %s" % (a["source"], a.get("error", "")) for a in failed)
+    return state
+
+
+def after_checks(state, checks):
+    """The state after the suspects checked their own copy: {host: passed (bool)}. A host whose copy passed holds a
+    verified copy again; one whose copy failed (its bad files moved aside) needs the model again."""
+    state = dict((k, (dict(v) if isinstance(v, dict) else list(v))) for k, v in state.items())
+    for host, passed in checks.items():
+        if host not in state["suspects"]:
+            continue
+        state["suspects"].remove(host)
+        if passed:
+            state["holders"].append(host)
+        elif host not in state["pending"]:
+            state["pending"].append(host)
+    return state
+
+
+def rounds_needed(holders, targets, fanout=1):
+    """Rounds that ``targets`` hosts need from ``holders`` verified copies when every copy succeeds."""
+    holders, targets, fanout = int(holders), int(targets), int(fanout)
+    if holders < 1 and targets > 0:
+        raise SeedError("seeding needs at least one host holding a verified copy")
+    rounds = 0
+    while targets > 0:
+        served = min(targets, holders * fanout)
+        holders, targets, rounds = holders + served, targets - served, rounds + 1
+    return rounds
+
+
+def _is_ip(address):
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return True
+
+
+def check_seed_path(path, what):
+    if not isinstance(path, str) or not SAFE_PATH_RE.match(path) or "/../" in path + "/":
+        raise SeedError("%s must be an absolute path of letters, digits and ._/@+- only (it goes into a forced "
+                        "ssh command), got %r" % (what, path))
+    return path
+
+
+def authorized_key_line(public_key, source_dir, from_address=None, expiry=None, comment="",
+                        rrsync="/usr/bin/rrsync"):
+    """One authorized_keys line: this key may only rsync ``source_dir`` read-only, from ``from_address`` when it is
+    an IP, until ``expiry`` (OpenSSH ``YYYYMMDDHHMM`` in UTC, with its ``Z``)."""
+    key = " ".join(str(public_key).split()[:2])
+    if not PUBLIC_KEY_RE.match(key):
+        raise SeedError("not an OpenSSH public key: %r" % str(public_key)[:60])
+    check_seed_path(source_dir, "the model directory")
+    check_seed_path(rrsync, "the rrsync path")
+    options = ['command="%s -ro %s"' % (rrsync, source_dir.rstrip("/") + "/"), "restrict"]
+    if from_address and _is_ip(from_address):
+        options.append('from="%s"' % ipaddress.ip_address(from_address))
+    if expiry:
+        if not re.match(r"^\d{12}Z\Z", expiry):
+            raise SeedError("expiry must be YYYYMMDDHHMMZ, got %r" % expiry)
+        options.append('expiry-time="%s"' % expiry)
+    safe_comment = re.sub(r"[^A-Za-z0-9._@:+-]", "_", comment)
+    return ("%s %s %s" % (",".join(options), key, safe_comment)).rstrip()
+
+
+def host_address(address, port):
+    """How ssh's known_hosts names ``address`` at ``port``."""
+    address, port = str(address), int(port)
+    return address if port == 22 else "[%s]:%d" % (address, port)
+
+
+def known_hosts_line(address, port, host_public_key):
+    key = " ".join(str(host_public_key).split()[:2])
+    if not PUBLIC_KEY_RE.match(key):
+        raise SeedError("not an OpenSSH host key of %s: %r" % (address, str(host_public_key)[:60]))
+    return "%s %s" % (host_address(address, port), key)
+
+
+def ssh_command(identity_file, known_hosts_file, port, connect_timeout_s=10, ssh="ssh"):
+    """The remote shell rsync uses: only the per-rollout key, only the source's known host key, no prompts."""
+    return " ".join(shlex.quote(part) for part in [
+        ssh, "-i", identity_file, "-p", str(int(port)), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+        "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=%s" % known_hosts_file,
+        "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=%d" % int(connect_timeout_s),
+        "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"])
+
+
+def rsync_argv(user, address, port, dest, identity_file, known_hosts_file, bwlimit_kbps=0, io_timeout_s=60,
+               connect_timeout_s=10, rsync="rsync", ssh="ssh"):
+    """rsync pulling the source's whole model directory into ``dest``: files already there are left (they are
+    verified after), a partial file is kept and resumed from the next source, and each finished file is named on
+    stdout with the bytes it took (``%b`` makes rsync print the line after the transfer, not before)."""
+    if not SEED_USER_RE.match(str(user)):
+        raise SeedError("the seed user must be a plain user name, got %r" % user)
+    host = "[%s]" % address if ":" in str(address) else str(address)
+    argv = [rsync, "--recursive", "--links", "--times", "--chmod=D0755,F0644", "--ignore-existing",
+            "--partial-dir=%s" % PARTIAL_DIR, "--out-format=%s%%b %%n" % DONE_PREFIX, "--stats", "--timeout=%d" % int(io_timeout_s)]
+    argv += list(RSYNC_FILTERS)
+    if int(bwlimit_kbps) > 0:
+        argv.append("--bwlimit=%d" % int(bwlimit_kbps))
+    argv += ["--rsh", ssh_command(identity_file, known_hosts_file, port, connect_timeout_s, ssh),
+             "%s@%s:/" % (user, host), dest.rstrip("/") + "/"]
+    return argv
+
+
+def parse_stats(text):
+    """Byte and file counts of rsync's ``--stats`` (numbers with thousands separators); absent ones are 0."""
+    figures = {}
+    for key, label in _STATS.items():
+        match = re.search(r"^%s: ([\d,.]+)" % re.escape(label), text, re.M)
+        figures[key] = int(re.sub(r"[,.]", "", match.group(1))) if match else 0
+    return figures
+
+
+def finished_files(text):
+    """{path: bytes sent for it} of the files rsync finished (its ``--out-format`` lines), directories left out."""
+    files = {}
+    for line in text.splitlines():
+        if not line.startswith(DONE_PREFIX):
+            continue
+        sent, _, name = line[len(DONE_PREFIX):].partition(" ")
+        if name and not name.endswith("/") and sent.isdigit():
+            files[name] = int(sent)
+    return files

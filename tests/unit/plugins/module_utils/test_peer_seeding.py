@@ -1,0 +1,106 @@
+"""The rules of LAN seeding (module_utils/peer_seeding.py): rounds, state between rounds, access lines, rsync."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils import peer_seeding as seed
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEa8dW7Qp0uH2l2s7Q1M5m0kI4h7y7oX8bOZC0K9h2mB"
+
+
+def test_copies_double_each_round_with_fanout_1():
+    holders, pending, rounds = ["h1"], ["h%d" % i for i in range(2, 33)], 0
+    while pending:
+        plan = seed.plan_round(holders, pending, 1)
+        assert len(plan) == min(len(holders), len(pending))
+        assert len({sources[0] for sources in plan.values()}) == len(plan)  # one target per source
+        holders, pending, rounds = holders + list(plan), [p for p in pending if p not in plan], rounds + 1
+    assert rounds == 5 == seed.rounds_needed(1, 31, 1)
+
+
+def test_fanout_bounds_each_source_and_fallbacks_follow_least_loaded():
+    plan = seed.plan_round(["a", "b"], ["t1", "t2", "t3", "t4", "t5"], 2)
+    assert sorted(plan) == ["t1", "t2", "t3", "t4"]
+    assert [plan[t][0] for t in ("t1", "t2", "t3", "t4")] == ["a", "b", "a", "b"]
+    assert plan["t1"] == ["a", "b"]
+    assert seed.rounds_needed(2, 5, 2) == 2
+
+
+def test_a_source_named_bad_for_a_target_is_never_its_source_again():
+    plan = seed.plan_round(["a", "b"], ["t"], 1, avoid={"t": ["a"]})
+    assert plan == {"t": ["b"]}
+    assert seed.plan_round(["a"], ["t"], 1, avoid={"t": ["a"]}) == {}
+
+
+@pytest.mark.parametrize("bad", [0, "x", -1])
+def test_bad_fanout_is_refused(bad):
+    with pytest.raises((seed.SeedError, ValueError)):
+        seed.plan_round(["a"], ["b"], bad)
+
+
+def attempt(source, result, error=""):
+    return {"source": source, "result": result, "error": error}
+
+
+def test_state_after_a_round_with_a_kill_and_a_flipped_byte():
+    state = seed.new_state(["r1", "r2"], ["r1", "r2", "r3", "r4"])
+    assert state["pending"] == ["r3", "r4"]
+    plan = {"r3": ["r1", "r2"], "r4": ["r2", "r1"]}
+    copies = {
+        # r1 killed mid-copy, r2 sent a bad file, then r1 again... r3 ends verified from r1 after the bad r2 file
+        "r3": {"verified": True, "attempts": [attempt("r1", "failed"), attempt("r2", "bad"), attempt("r1", "verified")],
+               "bad_sources": {"r2": ["model-00002.safetensors"]}},
+        "r4": {"verified": True, "attempts": [attempt("r2", "bad"), attempt("r1", "verified")],
+               "bad_sources": {"r2": ["model-00002.safetensors"]}},
+    }
+    state = seed.after_copies(state, copies, plan)
+    assert state["holders"] == ["r1", "r3", "r4"] and state["pending"] == []
+    assert state["suspects"] == ["r2"] and state["avoid"] == {"r3": ["r2"], "r4": ["r2"]}
+    assert state["bad_named"]["r2"] == ["model-00002.safetensors (to r3)", "model-00002.safetensors (to r4)"]
+    failed_check = seed.after_checks(state, {"r2": False})
+    assert failed_check["pending"] == ["r2"] and failed_check["suspects"] == []
+    passed_check = seed.after_checks(state, {"r2": True})
+    assert passed_check["holders"][-1] == "r2" and passed_check["pending"] == []
+
+
+def test_a_target_no_peer_can_serve_is_given_up_for_the_hub():
+    state = seed.new_state(["r1"], ["r2"])
+    copies = {"r2": {"verified": False, "attempts": [attempt("r1", "failed", "rsync exited 255: Connection refused")],
+                     "bad_sources": {}}}
+    state = seed.after_copies(state, copies, {"r2": ["r1"]})
+    assert state["pending"] == [] and "Connection refused" in state["no_peer"]["r2"]
+    # A skipped or unplanned host changes nothing.
+    assert seed.after_copies(seed.new_state(["r1"], ["r2"]), {"r2": {"skipped": True}}, {"r2": ["r1"]})["pending"] == ["r2"]
+
+
+def test_authorized_key_line_forces_a_read_only_rsync_of_one_directory():
+    line = seed.authorized_key_line(KEY + " someone@host", "/srv/models/tiny--0123456789ab", "10.0.0.5",
+                                    "202612051800Z", "llmfleet-seed:gpu-02")
+    assert line == ('command="/usr/bin/rrsync -ro /srv/models/tiny--0123456789ab/",restrict,from="10.0.0.5",'
+                    'expiry-time="202612051800Z" %s llmfleet-seed:gpu-02' % KEY)
+    assert "from=" not in seed.authorized_key_line(KEY, "/srv/models/x", "gpu-02.lan", None)
+
+
+@pytest.mark.parametrize("path", ["/srv/models/a b", '/srv/"x', "relative", "/srv/models/../etc", "/srv/$(id)"])
+def test_a_directory_that_could_escape_the_forced_command_is_refused(path):
+    with pytest.raises(seed.SeedError, match="model directory"):
+        seed.authorized_key_line(KEY, path)
+
+
+def test_known_hosts_and_rsync_command_line():
+    assert seed.known_hosts_line("127.0.0.1", 2271, KEY + " root@x") == "[127.0.0.1]:2271 " + KEY
+    assert seed.known_hosts_line("10.0.0.1", 22, KEY) == "10.0.0.1 " + KEY
+    argv = seed.rsync_argv("llmfleet-seed", "::1", 22, "/srv/models/m", "/run/k", "/run/kh", 2048, 60)
+    assert argv[-2:] == ["llmfleet-seed@[::1]:/", "/srv/models/m/"]
+    assert "--bwlimit=2048" in argv and "--ignore-existing" in argv and "--exclude=/.llmfleet-manifest.json" in argv
+    rsh = argv[argv.index("--rsh") + 1]
+    assert "StrictHostKeyChecking=yes" in rsh and "UserKnownHostsFile=/run/kh" in rsh and "IdentitiesOnly=yes" in rsh
+    with pytest.raises(seed.SeedError):
+        seed.rsync_argv("root;id", "h", 22, "/d", "/k", "/kh")
+
+
+def test_stats_and_finished_files_are_read_from_rsync_output():
+    out = ("llmfleet-done 1234 config.json\nllmfleet-done 0 sub/\nllmfleet-done 6,874,112 x\n"
+           "Number of regular files transferred: 9\nLiteral data: 6,874,112 bytes\nMatched data: 1,024 bytes\n")
+    assert seed.finished_files(out) == {"config.json": 1234}
+    assert seed.parse_stats(out) == {"literal": 6874112, "matched": 1024, "received": 0, "transferred_files": 9}

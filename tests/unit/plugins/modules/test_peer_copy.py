@@ -1,0 +1,86 @@
+"""llmfleet.vllm.peer_copy's core with the real rsync and rrsync (Debian's rsync package) between local directories.
+
+The one stand-in is ssh itself (rrsync_over_fake_ssh.py, a TEST DOUBLE: no sshd in a unit test); the real ssh, sshd
+and per-rollout keys are tested on the systemd test hosts by tests/integration/test_rollout.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import MANIFEST_FILENAME, load_manifest
+from ansible_collections.llmfleet.vllm.plugins.modules.peer_copy import QUARANTINE, copy_from_peers
+from model_builders import build_safetensors_model, flip_last_byte, shard_name
+
+FAKE_SSH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rrsync_over_fake_ssh.py")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def rsync_installed():
+    if not shutil.which("rrsync") and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "install", "-y", "-qq", "rsync"], check=True, env=env, capture_output=True)
+    if not shutil.which("rrsync"):
+        pytest.fail("rsync with rrsync is needed: apt-get install rsync")
+
+
+@pytest.fixture(name="peers")
+def fixture_peers(tmp_path, monkeypatch):
+    """Two sources holding the same model, and the manifest of a hub download of it."""
+    first = build_safetensors_model(str(tmp_path / "src-a" / "model"), shards=3)
+    second = str(tmp_path / "src-b" / "model")
+    shutil.copytree(first, second, copy_function=shutil.copy2)
+    manifest = load_manifest(os.path.join(first, MANIFEST_FILENAME))
+    monkeypatch.setenv("FAKE_SSH_SOURCES", json.dumps({"10.0.0.1": first, "10.0.0.2": second}))
+    return {"first": first, "second": second, "manifest": manifest, "dest": str(tmp_path / "dest" / "model")}
+
+
+def params(peers, *addresses):
+    return {"dest": peers["dest"], "manifest": peers["manifest"],
+            "sources": [{"name": "gpu-%s" % a.rsplit(".", 1)[1], "address": a, "port": 22} for a in addresses],
+            "user": "llmfleet-seed", "identity_file": "/nonexistent/id", "known_hosts_file": "/nonexistent/kh",
+            "bwlimit_kbps": 0, "io_timeout_s": 30, "connect_timeout_s": 5, "hash_workers": 2,
+            "rsync_path": "rsync", "ssh_path": FAKE_SSH}
+
+
+def test_a_copy_from_one_source_is_verified_and_hashed_as_it_lands(peers):
+    result = copy_from_peers(params(peers, "10.0.0.1"))
+    assert result["verified"] and result["source"] == "gpu-1", result["msg"]
+    total = sum(entry["size"] for entry in peers["manifest"]["files"])
+    assert result["bytes_by_source"] == {"gpu-1": total}
+    assert result["attempts"][0]["result"] == "verified"
+    assert shard_name(2, 3) in result["attempts"][0]["files"]
+    assert result["verify"]["bytes_hashed"] + result["verify"]["bytes_hashed_while_downloading"] == total
+    # The manifest is the caller's, not the source's: the source's own file is not copied.
+    assert load_manifest(os.path.join(peers["dest"], MANIFEST_FILENAME)) == peers["manifest"]
+    again = copy_from_peers(params(peers, "10.0.0.1"))
+    assert again["verified"] and not again["changed"] and again["bytes_by_source"] == {"gpu-1": 0}
+
+
+def test_an_unreachable_source_is_followed_by_the_next(peers):
+    result = copy_from_peers(params(peers, "10.0.0.9", "10.0.0.2"))
+    assert result["verified"] and result["source"] == "gpu-2"
+    assert [a["result"] for a in result["attempts"]] == ["failed", "verified"]
+    assert "Connection refused" in result["attempts"][0]["error"]
+
+
+def test_a_flipped_byte_is_not_kept_its_source_is_named_and_the_next_source_sends_the_file(peers):
+    flip_last_byte(os.path.join(peers["first"], shard_name(2, 3)))
+    result = copy_from_peers(params(peers, "10.0.0.1", "10.0.0.2"))
+    assert result["verified"], result["msg"]
+    assert result["bad_sources"] == {"gpu-1": [shard_name(2, 3)]}
+    assert [a["result"] for a in result["attempts"]] == ["bad", "verified"]
+    assert result["attempts"][1]["files"] == [shard_name(2, 3)]
+    assert os.path.isfile(os.path.join(peers["dest"], QUARANTINE, shard_name(2, 3)))
+
+
+def test_no_good_source_ends_not_verified_without_failing(peers):
+    flip_last_byte(os.path.join(peers["first"], shard_name(1, 3)))
+    result = copy_from_peers(params(peers, "10.0.0.1", "10.0.0.9"))
+    assert not result["verified"] and result["source"] is None
+    assert [a["result"] for a in result["attempts"]] == ["bad", "failed"]
+    assert not os.path.exists(os.path.join(peers["dest"], shard_name(1, 3)))
