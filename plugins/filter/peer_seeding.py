@@ -46,8 +46,12 @@ def seed_known_hosts(sources):
     return [_wrap('seed_known_hosts', _seed.known_hosts_line, s['address'], s['port'], s['host_key']) for s in sources]
 
 
+def seed_record(host, part, copies=None, fetched=None, fallback=None, bad_named=None):
+    return _wrap('seed_record', _seed.host_record, host, part, copies, fetched, fallback, bad_named)
+
+
 class FilterModule:
     def filters(self):
         return {'seed_round': seed_round, 'seed_state': seed_state, 'seed_after_copies': seed_after_copies,
-                'seed_after_checks': seed_after_checks, 'seed_rounds': seed_rounds, 'seed_authorized_keys': seed_authorized_keys,
+                'seed_after_checks': seed_after_checks, 'seed_record': seed_record, 'seed_rounds': seed_rounds, 'seed_authorized_keys': seed_authorized_keys,
                 'seed_known_hosts': seed_known_hosts}

@@ -113,16 +113,20 @@ def after_copies(state, copies, plan):
 
 
 def after_checks(state, checks):
-    """The state after the suspects checked their own copy: {host: passed (bool)}. A host whose copy passed holds a
-    verified copy again; one whose copy failed (its bad files moved aside) needs the model again."""
+    """The state after hosts checked their own copy, {host: passed}: a target's copy left by an earlier run, or a
+    holder named bad. One whose copy passed holds a verified copy; a suspect whose copy failed (its bad files moved
+    aside, the rest kept) needs the model again."""
     state = dict((k, (dict(v) if isinstance(v, dict) else list(v))) for k, v in state.items())
     for host, passed in checks.items():
-        if host not in state["suspects"]:
-            continue
-        state["suspects"].remove(host)
+        was_suspect = host in state["suspects"]
+        if was_suspect:
+            state["suspects"].remove(host)
         if passed:
-            state["holders"].append(host)
-        elif host not in state["pending"]:
+            if host in state["pending"]:
+                state["pending"].remove(host)
+            if host not in state["holders"]:
+                state["holders"].append(host)
+        elif was_suspect and host not in state["pending"]:
             state["pending"].append(host)
     return state
 
@@ -233,3 +237,48 @@ def finished_files(text):
         if name and not name.endswith("/") and sent.isdigit():
             files[name] = int(sent)
     return files
+
+
+def _mb(nbytes):
+    return "%.1f MB" % (nbytes / 1e6)
+
+
+def host_record(host, part, copies=None, fetched=None, fallback=None, bad_named=None):
+    """Where ``host``'s copy came from, for the rollout report.
+
+    part -- its part in the seeding (target, holder, none); copies -- its rounds ({round, verified, attempts,
+    seconds}); fetched -- model_fetch's result when it downloaded from the hub; fallback -- why it did;
+    bad_named -- what it sent that failed verification elsewhere (when it was a bad source).
+    """
+    copies, bad_named = copies or [], bad_named or []
+    if part == "none":
+        return {"host": host, "how": "takes no part (shares storage, or off)", "bytes_by_source": {}, "seconds": 0.0,
+                "sources_text": "-", "detail": "-"}
+    bytes_by_source, seconds, parts = {}, 0.0, []
+    for copy in copies:
+        seconds += float(copy.get("seconds") or 0)
+        for attempt in copy.get("attempts") or []:
+            sent = int(attempt.get("bytes") or 0)
+            bytes_by_source[attempt["source"]] = bytes_by_source.get(attempt["source"], 0) + sent
+            parts.append("%s from %s in %.1f s (round %d, %s)" % (
+                _mb(sent), attempt["source"], float(attempt.get("seconds") or 0), copy["round"], attempt["result"]))
+    if fetched:
+        hub_bytes = int(fetched.get("bytes_downloaded") or 0)
+        bytes_by_source["hub"] = bytes_by_source.get("hub", 0) + hub_bytes
+        hub_seconds = float(fetched.get("seconds") or 0) + float(fetched.get("verify_seconds") or 0)
+        seconds += hub_seconds
+        parts.append("%s from the hub in %.1f s%s" % (_mb(hub_bytes), hub_seconds,
+                                                      " (fallback: %s)" % fallback if fallback else ""))
+    if copies and copies[-1].get("verified") or fetched:
+        how = "hub" if fetched and not fallback else ("hub fallback" if fetched else "peers")
+    elif part == "holder":
+        how, parts = "held a verified copy", parts or ["nothing copied"]
+    elif part == "target" and not copies:
+        how, parts = "its copy was already there and verified", ["nothing copied"]
+    else:
+        how = "not verified"
+    if bad_named:
+        parts.append("sent bad data: %s" % ", ".join(bad_named))
+    return {"host": host, "how": how, "bytes_by_source": bytes_by_source, "seconds": round(seconds, 1),
+            "sources_text": ", ".join("%s: %s" % (source, _mb(sent)) for source, sent in bytes_by_source.items()) or "-",
+            "detail": "; ".join(parts) or "-"}

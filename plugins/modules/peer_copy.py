@@ -34,7 +34,9 @@ options:
     type: dict
     required: true
   sources:
-    description: Hosts to copy from, in order; each with C(name), C(address) and C(port) (its sshd).
+    description:
+      - Hosts to copy from, in order; each with C(name), C(address) and C(port) (its sshd).
+      - Empty checks the copy that is there (every byte read again) and moves the files that fail aside.
     type: list
     elements: dict
     required: true
@@ -144,6 +146,11 @@ bad_sources:
   description: "{source: [files]} of sources that sent files failing verification."
   returned: always
   type: dict
+quarantined:
+  description: Files of a check without sources that failed verification and were moved aside.
+  returned: always
+  type: list
+  elements: str
 bytes_by_source:
   description: "{source: bytes} of file bytes each source sent."
   returned: always
@@ -258,16 +265,25 @@ def copy_from_peers(params, run=subprocess.run):
         if attempt["result"] != "bad":
             attempt["result"] = "incomplete"
         attempt["error"] = verify["msg"]
+    quarantined = []
+    if not params["sources"]:
+        # No source: check the copy that is there (left by an earlier run, or of a source named bad).
+        verify = verify_model_dir(dest, mode="full", manifest_path=manifest_path, ledger=ledger)
+        verified = not verify["failed"]
+        quarantined = [path for path in verify["bad"] if path not in verify["missing"]]
+        quarantine(dest, quarantined)
     bytes_by_source = {}
     for attempt in attempts:
         bytes_by_source[attempt["source"]] = bytes_by_source.get(attempt["source"], 0) + attempt["bytes"]
     tried = ", ".join("%s (%s)" % (a["source"], a["result"]) for a in attempts) or "no source"
     return {
-        "changed": any(a["files"] for a in attempts) or bool(sum(bytes_by_source.values())) or bool(bad_sources),
+        "changed": any(a["files"] for a in attempts) or bool(sum(bytes_by_source.values())) or bool(bad_sources)
+        or bool(quarantined), "quarantined": quarantined,
         "verified": verified, "source": source_done, "attempts": attempts, "bad_sources": bad_sources,
         "bytes_by_source": bytes_by_source, "seconds": round(time.monotonic() - started, 3),
         "verify": _summary(verify) if verify else None,
-        "msg": "%s %s after %s" % (dest, "verified" if verified else "NOT verified", tried),
+        "msg": "%s %s after %s" % (dest, "verified" if verified else "NOT verified",
+                                   tried if params["sources"] else "checking what is there: %s" % verify["msg"]),
     }
 
 
@@ -301,6 +317,7 @@ def main():
         module.fail_json(msg=str(exc))
     if module.check_mode:
         module.exit_json(changed=True, verified=False, source=None, attempts=[], bad_sources={}, bytes_by_source={},
+                         quarantined=[],
                          seconds=0.0, msg="would copy %s from %s" % (
                              params["dest"], ", ".join(s["name"] for s in params["sources"]) or "no source"))
     try:

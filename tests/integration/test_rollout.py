@@ -28,6 +28,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -46,6 +47,9 @@ HOSTS = {
     "fleet-r3": ("2273", {"tiny-llama-a": 8131, "tiny-llama-b": 8132}),
 }
 GATEWAY, GATEWAY_SSH_PORT, GATEWAY_PORT, ALIAS = "fleet-gw", "2276", 8190, "chat"
+# A fourth host for the seeding test only (the base rootfs: it stages, it serves nothing).
+STAGER, STAGER_SSH_PORT = "fleet-r4", "2277"
+HUB_URL = f"http://127.0.0.1:{HUB_PORT}"
 TIMINGS: dict[str, float] = {}
 
 
@@ -87,10 +91,11 @@ def _healthy(host: str, model: str) -> bool:
         return False
 
 
-def _write_inventory(inv, results, faulty: str | None = None, fault: str = "gate") -> None:
+def _write_inventory(inv, results, faulty: str | None = None, fault: str = "gate", stager: bool = False) -> None:
     # Host vars: they win over inventory/testbed/group_vars/all (which points at another hub).
     lines = ["all:", "  hosts:"]
-    for host, (ssh_port, ports) in HOSTS.items():
+    hosts = {**HOSTS, STAGER: (STAGER_SSH_PORT, HOSTS["fleet-r3"][1])} if stager else HOSTS
+    for host, (ssh_port, ports) in hosts.items():
         extra = {m: {"port": p, "serving": {"enforce_eager": True}} for m, p in ports.items()}
         if host == faulty and fault == "parity":
             # One numeric setting differs on this host (a much larger RMSNorm epsilon): it serves, passes its throughput
@@ -124,8 +129,8 @@ def fleet(tmp_path_factory, image):
         def __init__(self):
             self.inv, self.results = inv, results
 
-        def set_fault(self, host: str | None, fault: str = "gate") -> None:
-            _write_inventory(inv, results, host, fault)
+        def set_fault(self, host: str | None, fault: str = "gate", stager: bool = False) -> None:
+            _write_inventory(inv, results, host, fault, stager)
 
         def rollout(self, name: str, *extra: str) -> subprocess.CompletedProcess:
             env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
@@ -145,10 +150,11 @@ def fleet(tmp_path_factory, image):
         for host, (ssh_port, _port) in HOSTS.items():
             subprocess.run([TESTBED, "up", host, ssh_port, image], check=True, capture_output=True)
         subprocess.run([TESTBED, "up", GATEWAY, GATEWAY_SSH_PORT], check=True, capture_output=True)
+        subprocess.run([TESTBED, "up", STAGER, STAGER_SSH_PORT], check=True, capture_output=True)
         yield Fleet()
     finally:
         print(f"\nrollout timings (s): {TIMINGS}; logs and reports under {results}")
-        for host in [*HOSTS, GATEWAY]:
+        for host in [*HOSTS, GATEWAY, STAGER]:
             subprocess.run([TESTBED, "down", host], check=False, capture_output=True)
         subprocess.run([HUB, "stop", HUB_PORT], check=False)
 
@@ -172,7 +178,41 @@ def _drained_before_stopped(out: str, host: str) -> bool:
     return len(stops) == 1 and len(at_gateway) == 2 and at_gateway[0] < stops[0] < at_gateway[1]
 
 
+def _hub(method: str, path: str, body: dict | None = None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{HUB_URL}{path}", data=data, method=method)
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return json.load(resp) if method == "GET" else None
+
+
+def _file_bodies_served(model: str) -> dict[str, int]:
+    """{file: times the local hub sent its body} for the model's repo, from the hub's request log."""
+    counts: dict[str, int] = {}
+    for entry in _hub("GET", "/_fixture/requests"):
+        if entry.get("repo") == f"llmfleet-test/{model}" and entry.get("file") and entry["method"] == "GET" \
+                and entry["bytes_sent"] > 0:
+            counts[entry["file"]] = counts.get(entry["file"], 0) + 1
+    return counts
+
+
+def _hub_files(model: str) -> list[str]:
+    return sorted(s["rfilename"] for s in _hub("GET", f"/api/models/llmfleet-test/{model}?blobs=true")["siblings"])
+
+
+def _seed_access_left(host: str) -> str:
+    """What a seeding leaves of its access on a host: authorized_keys lines and per-run key directories."""
+    return _ssh(host, "sh", "-c", "grep -v '^#' /var/lib/llmfleet-seed/.ssh/authorized_keys 2>/dev/null; "
+                                  "ls -A /run/llmfleet-seed 2>/dev/null")
+
+
+def _staged(report: str, host: str) -> str:
+    line = [row for row in report.splitlines() if row.startswith(f"| {host} |") and "MB" in row]
+    assert len(line) == 1, report
+    return line[0]
+
+
 def test_1_first_rollout_from_nothing(fleet):
+    _hub("DELETE", "/_fixture/requests")
     result = fleet.rollout("1-initial-a", "-e", "model=tiny-llama-a", "-e", "rollout_batch_size=2")
     assert result.returncode == 0, _tail(result)
     for host in HOSTS:
@@ -181,7 +221,93 @@ def test_1_first_rollout_from_nothing(fleet):
     assert "3/3 hosts serve tiny-llama-a" in report, report
     # Pre-stage ran on every host before the first switch.
     out = result.stdout
-    assert out.index("Download and verify the model while the old one keeps serving: tiny-llama-a") < out.index("Stop the previous model")
+    assert out.index("Download once, then copy host to host over the LAN, while the old model keeps serving: tiny-llama-a") \
+        < out.index("Stop the previous model")
+    # Downloaded once for the fleet: the hub sent each file of the commit once; the other hosts copied from peers.
+    assert _file_bodies_served("tiny-llama-a") == {name: 1 for name in _hub_files("tiny-llama-a")}, _tail(result)
+    assert "| hub |" in _staged(report, "fleet-r1"), report
+    for host in ("fleet-r2", "fleet-r3"):
+        assert "| peers |" in _staged(report, host) and "from fleet-r" in _staged(report, host), report
+    assert "From the hub: " in report and "from peers over the LAN: 0.0 MB" not in report, report
+    for host in HOSTS:
+        assert _seed_access_left(host) == "", host
+    lock = json.loads((fleet.results / "locks" / "tiny-llama-a.json").read_text())
+    assert sorted(f["path"] for f in lock["manifest"]["files"]) == _hub_files("tiny-llama-a"), lock
+
+
+def _sender_pid(host: str) -> str:
+    """The rsync sending a model to a peer on `host` (rrsync's rsync --server --sender), or ''."""
+    return subprocess.run([TESTBED, "exec", host, "pgrep", "-f", "-o", "rsync --server --sender"], capture_output=True,
+                          text=True, check=False).stdout.strip()
+
+
+class SeedingFaults(threading.Thread):
+    """While the stage-only rollout runs: once fleet-r2 sends to a peer (round 2), flip one byte of the last file it
+    sends in its own verified copy (a peer with a flipped byte), and kill fleet-r1's sender a second into its copy of
+    the same round (a peer dying mid-copy)."""
+
+    def __init__(self, last_file: str):
+        super().__init__(daemon=True)
+        self.last_file, self.flipped, self.killed, self.stop = last_file, "", "", threading.Event()
+
+    def run(self):
+        while not self.stop.wait(0.1) and not _sender_pid("fleet-r2"):
+            pass
+        if self.stop.is_set():
+            return
+        flip = ("import glob; p = glob.glob('/srv/models/tiny-llama-b--*/%s')[0]; f = open(p, 'r+b'); f.seek(10); "
+                "b = f.read(1); f.seek(10); f.write(bytes([b[0] ^ 1])); f.close(); print(p)" % self.last_file)
+        self.flipped = subprocess.run([TESTBED, "exec", "fleet-r2", "python3", "-c", flip], capture_output=True,
+                                      text=True, check=False).stdout.strip()
+        time.sleep(1.0)
+        pid = _sender_pid("fleet-r1")
+        if pid:
+            subprocess.run([TESTBED, "exec", "fleet-r1", "kill", "-9", pid], check=False)
+            self.killed = pid
+
+
+def test_2_stage_only_seeds_four_hosts_from_one_download_through_a_kill_and_a_flipped_byte(fleet):
+    """Stage tiny-llama-b on four hosts (-e rollout_stage_only=true) behind a hub throttled to 1 MB/s for the whole
+    site, each copy capped at 1 MB/s: fleet-r1 downloads; fleet-r2 copies from it; then fleet-r2 sends fleet-r4 a
+    flipped byte and fleet-r1 dies mid-copy to fleet-r3. Every host ends verified, the hub sent each file once."""
+    files = _hub_files("tiny-llama-b")
+    _hub("DELETE", "/_fixture/requests")
+    _hub("POST", "/_fixture/faults", {"uplink_rate": 1_000_000})
+    fleet.set_fault(None, stager=True)
+    faults = SeedingFaults(files[-1])
+    faults.start()
+    try:
+        result = fleet.rollout("2-stage-b-seeded", "-e", "model=tiny-llama-b", "-e", "rollout_stage_only=true",
+                               "-e", "model_seed_bwlimit_mb_s=1")
+    finally:
+        faults.stop.set()
+        faults.join()
+        _hub("POST", "/_fixture/faults", {})
+        fleet.set_fault(None)
+    assert result.returncode == 0, _tail(result)
+    assert faults.flipped and faults.killed, (faults.flipped, faults.killed, _tail(result))
+    report = fleet.report("tiny-llama-b")
+    print(report)
+    # The hub sent each file of the commit once, for four hosts.
+    assert _file_bodies_served("tiny-llama-b") == {name: 1 for name in files}, _tail(result)
+    lock = json.loads((fleet.results / "locks" / "tiny-llama-b.json").read_text())
+    expected = {f["path"]: f["sha256"] for f in lock["manifest"]["files"] if f["sha256"]}
+    # Every host ends with the commit's bytes (sha256 read on the host), none serves it yet.
+    for host in [*HOSTS, STAGER]:
+        sums = _ssh(host, "sh", "-c", "cd /srv/models/tiny-llama-b--%s && sha256sum %s" % (
+            lock["commit"][:12], " ".join(sorted(expected))))
+        assert {line.split()[1]: line.split()[0] for line in sums.splitlines()} == expected, (host, sums)
+        assert f"| {host} | " in report and "| staged |" in [r for r in report.splitlines() if r.startswith(f"| {host} |")][0]
+        assert _seed_access_left(host) == "", host
+    assert _serving("fleet-r1") == "tiny-llama-a"
+    # The flipped byte was not passed on: its source was named and its own copy checked and healed.
+    assert re.search(r"sent bad data: %s \(to fleet-r[34]\)" % re.escape(files[-1]), _staged(report, "fleet-r2")), report
+    assert _ssh("fleet-r2", "sh", "-c", "ls /srv/models/tiny-llama-b--*/.cache/llmfleet/quarantine/") == files[-1]
+    # The copy fleet-r1 died in went on from another peer, with what had arrived kept.
+    r3 = _staged(report, "fleet-r3")
+    assert "from fleet-r1" in r3 and "failed)" in r3 and "| peers |" in r3, report
+    assert "| hub |" in _staged(report, "fleet-r1") and "From the hub: 4" not in report
+    print(f"seeding faults: flipped {faults.flipped}, killed sender pid {faults.killed}")
 
 
 def test_3_failed_second_batch_stops_the_rollout(fleet):

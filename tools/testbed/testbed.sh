@@ -10,6 +10,7 @@
 #   testbed.sh reboot NAME           a clean reboot (units stop, the machine boots again from its own rootfs)
 #   testbed.sh save NAME IMAGE       power NAME off and keep its rootfs as IMAGE (a cached layer for later ups)
 #   testbed.sh has-image IMAGE       exit 0 when IMAGE is cached
+#   testbed.sh base-key              the key of the base rootfs (images built on it carry it in their name)
 #   testbed.sh exec NAME CMD...      run CMD inside NAME (nsenter)
 #   testbed.sh list                  machines that are up
 set -euo pipefail
@@ -18,8 +19,9 @@ SUITE=${TESTBED_SUITE:-bookworm}
 MIRROR=${TESTBED_MIRROR:-http://deb.debian.org/debian}
 CACHE=${TESTBED_CACHE:-/var/cache/llmfleet-testbed}
 STATE=${TESTBED_STATE:-/var/lib/llmfleet-testbed}
-# python3-apt: ansible's apt module; python3-venv/pip: vllm_install; procps, iproute2: health checks.
-PACKAGES=systemd,systemd-sysv,dbus,python3,python3-venv,python3-pip,python3-apt,openssh-server,sudo,ca-certificates,procps,iproute2,curl,libnuma1,libgomp1,g++
+# python3-apt: ansible's apt module; python3-venv/pip: vllm_install; procps, iproute2: health checks; rsync: the hosts
+# seed each other (roles/model_seed).
+PACKAGES=systemd,systemd-sysv,dbus,python3,python3-venv,python3-pip,python3-apt,openssh-server,sudo,ca-certificates,procps,iproute2,curl,libnuma1,libgomp1,g++,rsync
 ROOTFS_KEY=$(printf '%s %s %s v1' "$SUITE" "$PACKAGES" "$MIRROR" | sha256sum | cut -c1-12)
 BASE=$CACHE/rootfs-$SUITE-$ROOTFS_KEY
 SSH_KEY=$CACHE/id_ed25519
@@ -243,9 +245,10 @@ case ${1:-} in
   reboot) shift; cmd_reboot "$@" ;;
   save) shift; cmd_save "$@" ;;
   has-image) [[ -f $CACHE/images/${2:?image}/.complete ]] ;;
+  base-key) echo "$ROOTFS_KEY" ;;
   exec) shift; cmd_exec "$@" ;;
   ssh) shift; ssh_cmd "$@" ;;
   list) cmd_list ;;
   key) echo "$SSH_KEY" ;;
-  *) sed -n '2,12p' "$0"; exit 2 ;;
+  *) sed -n '2,13p' "$0"; exit 2 ;;
 esac

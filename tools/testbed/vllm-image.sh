@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Print the name of a cached test-bed image with the vLLM CPU engine installed by roles/vllm_install,
-# building it first when missing. The name carries a hash of the role, so editing the role rebuilds it.
+# building it first when missing. The name carries a hash of the role and the base rootfs's key, so editing the role or
+# the base's packages rebuilds it.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 testbed=$repo/tools/testbed/testbed.sh
 CACHE=${TESTBED_CACHE:-/var/cache/llmfleet-testbed}
 port=${VLLM_IMAGE_BUILD_PORT:-2299}
 key=$(cd "$repo" && find roles/vllm_install tools/testbed/vllm-image.yml inventory/testbed/group_vars/all/testbed.yml -type f -print0 \
-      | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12)
+      | sort -z | xargs -0 sha256sum | cat - <("$testbed" base-key) | sha256sum | cut -c1-12)
 image=vllm-cpu-$key
 mkdir -p "$CACHE"
 exec 9>"$CACHE/vllm-image.lock"

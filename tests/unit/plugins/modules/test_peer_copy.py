@@ -84,3 +84,12 @@ def test_no_good_source_ends_not_verified_without_failing(peers):
     assert not result["verified"] and result["source"] is None
     assert [a["result"] for a in result["attempts"]] == ["bad", "failed"]
     assert not os.path.exists(os.path.join(peers["dest"], shard_name(1, 3)))
+
+
+def test_without_sources_the_copy_there_is_checked_and_its_bad_files_moved_aside(peers):
+    params_check = dict(params(peers), dest=peers["first"], sources=[])
+    assert copy_from_peers(params_check)["verified"]
+    flip_last_byte(os.path.join(peers["first"], shard_name(3, 3)))
+    result = copy_from_peers(params_check)
+    assert not result["verified"] and result["quarantined"] == [shard_name(3, 3)] and result["changed"]
+    assert not os.path.exists(os.path.join(peers["first"], shard_name(3, 3)))
