@@ -35,6 +35,11 @@ _STATS = {"literal": "Literal data", "matched": "Matched data", "received": "Tot
           "transferred_files": "Number of regular files transferred"}
 
 
+# rsync's exit status when its remote shell failed: ssh could not connect, or was refused.
+SSH_FAILED = 255
+MAX_FAILED_ROUNDS = 3
+
+
 class SeedError(ValueError):
     pass
 
@@ -72,7 +77,7 @@ def new_state(holders, targets):
     """The seeding state the rounds carry: who holds a verified copy, who still needs one, which sources a target
     must not use again, which holders were named bad (to be checked again), which targets no peer could serve."""
     return {"holders": list(holders), "pending": [t for t in targets if t not in holders], "avoid": {},
-            "suspects": [], "no_peer": {}, "bad_named": {}}
+            "suspects": [], "no_peer": {}, "bad_named": {}, "failed_rounds": {}}
 
 
 def after_copies(state, copies, plan):
@@ -80,10 +85,13 @@ def after_copies(state, copies, plan):
 
     copies -- {target: peer_copy's result} of the targets planned this round (others may be absent or skipped).
     A verified target becomes a holder. A source that sent a bad file leaves the holders until a full check of its own
-    copy clears it, and is never again a source for that target. A target for which every source it tried failed
-    without sending anything wrong, and which has no other holder left, is given up (it falls back to the hub).
+    copy clears it, and is never again a source for that target. A target whose every source failed in a round tries
+    again in the next (a source whose sender died is still up, and the partial files are kept), unless none of them
+    could be reached at all (ssh failed: rsync's exit 255) and no other holder is left, or it is the target's
+    ``MAX_FAILED_ROUNDS``-th such round: then it is given up and falls back to the hub.
     """
     state = dict((k, (dict(v) if isinstance(v, dict) else list(v))) for k, v in state.items())
+    state.setdefault("failed_rounds", {})
     for target in plan:
         result = copies.get(target) or {}
         if result.get("skipped") or "verified" not in result:
@@ -102,11 +110,17 @@ def after_copies(state, copies, plan):
             state["pending"].remove(target)
             state["holders"].append(target)
             continue
-        tried = [a["source"] for a in result.get("attempts") or []]
-        failed = [a for a in result.get("attempts") or [] if a.get("result") == "failed"]
+        attempts = result.get("attempts") or []
+        failed = [a for a in attempts if a.get("result") == "failed"]
+        if not attempts or len(failed) < len(attempts):
+            continue
+        state["failed_rounds"][target] = state["failed_rounds"].get(target, 0) + 1
+        tried = [a["source"] for a in attempts]
         others = [h for h in state["holders"] if h not in tried and h != target
                   and h not in state["avoid"].get(target, [])]
-        if tried and len(failed) == len(tried) and not others and not state["suspects"]:
+        unreachable = all(a.get("rc") == SSH_FAILED for a in failed)
+        if (unreachable and not others and not state["suspects"]) \
+                or state["failed_rounds"][target] >= MAX_FAILED_ROUNDS:
             state["pending"].remove(target)
             state["no_peer"][target] = "; ".join("%s: %s" % (a["source"], a.get("error", "")) for a in failed)
     return state
@@ -240,7 +254,8 @@ def finished_files(text):
 
 
 def _mb(nbytes):
-    return "%.1f MB" % (nbytes / 1e6)
+    return "%.1f MB" % (nbytes / 1e6) if nbytes >= 100000 else "%d kB" % round(nbytes / 1e3) if nbytes >= 1000 \
+        else "%d B" % nbytes
 
 
 def host_record(host, part, copies=None, fetched=None, fallback=None, bad_named=None):

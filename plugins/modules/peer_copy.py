@@ -142,6 +142,9 @@ attempts:
     error:
       description: rsync's error, or the verification's message.
       type: str
+    rc:
+      description: rsync's exit status (255 when ssh could not connect or was refused).
+      type: int
 bad_sources:
   description: "{source: [files]} of sources that sent files failing verification."
   returned: always
@@ -241,7 +244,8 @@ def copy_from_peers(params, run=subprocess.run):
             brought_by[path] = source["name"]
         attempt = {"source": source["name"], "files": sorted(files), "bad_files": [],
                    "bytes": stats["literal"] if proc.returncode == 0 else max(0, bytes_on_disk(dest) - before),
-                   "bytes_matched": stats["matched"], "seconds": 0.0, "result": "failed", "error": ""}
+                   "bytes_matched": stats["matched"], "seconds": 0.0, "result": "failed", "error": "",
+                   "rc": proc.returncode}
         attempts.append(attempt)
         if proc.returncode != 0:
             attempt["error"] = "rsync exited %d: %s" % (proc.returncode, _error_tail(proc.stderr))

@@ -201,7 +201,7 @@ def _hub_files(model: str) -> list[str]:
 
 def _seed_access_left(host: str) -> str:
     """What a seeding leaves of its access on a host: authorized_keys lines and per-run key directories."""
-    return _ssh(host, "sh", "-c", "grep -v '^#' /var/lib/llmfleet-seed/.ssh/authorized_keys 2>/dev/null; "
+    return _ssh(host, "grep -v '^#' /var/lib/llmfleet-seed/.ssh/authorized_keys 2>/dev/null; "
                                   "ls -A /run/llmfleet-seed 2>/dev/null")
 
 
@@ -236,45 +236,49 @@ def test_1_first_rollout_from_nothing(fleet):
 
 
 def _sender_pid(host: str) -> str:
-    """The rsync sending a model to a peer on `host` (rrsync's rsync --server --sender), or ''."""
-    return subprocess.run([TESTBED, "exec", host, "pgrep", "-f", "-o", "rsync --server --sender"], capture_output=True,
-                          text=True, check=False).stdout.strip()
+    """The rsync sending a model to a peer on `host` (rrsync's rsync --server --sender), or ''. (A receiving host's ssh
+    client has that command in its arguments too: the pattern is anchored.)"""
+    return subprocess.run([TESTBED, "exec", host, "pgrep", "-f", "-o", "^(/usr/bin/)?rsync --server --sender"],
+                          capture_output=True, text=True, check=False).stdout.strip()
 
 
 class SeedingFaults(threading.Thread):
-    """While the stage-only rollout runs: once fleet-r2 sends to a peer (round 2), flip one byte of the last file it
-    sends in its own verified copy (a peer with a flipped byte), and kill fleet-r1's sender a second into its copy of
-    the same round (a peer dying mid-copy)."""
+    """While the stage-only rollout runs: once a host other than the seeder sends to a peer (round 2), flip one byte of
+    the last file it sends in its own verified copy (a peer with a flipped byte), and a second later kill the seeder's
+    sender, busy with another host of the same round (a peer dying mid-copy)."""
 
-    def __init__(self, last_file: str):
+    def __init__(self, seeder: str, hosts: list[str], last_file: str):
         super().__init__(daemon=True)
-        self.last_file, self.flipped, self.killed, self.stop = last_file, "", "", threading.Event()
+        self.seeder, self.hosts, self.last_file = seeder, hosts, last_file
+        self.flipped_on, self.flipped, self.killed = "", "", ""
+        self.stop = threading.Event()
 
     def run(self):
-        while not self.stop.wait(0.1) and not _sender_pid("fleet-r2"):
-            pass
+        while not self.stop.wait(0.1) and not self.flipped_on:
+            self.flipped_on = next((h for h in self.hosts if h != self.seeder and _sender_pid(h)), "")
         if self.stop.is_set():
             return
-        flip = ("import glob; p = glob.glob('/srv/models/tiny-llama-b--*/%s')[0]; f = open(p, 'r+b'); f.seek(10); "
+        flip = ("import glob; p = glob.glob('/srv/models/tiny-llama-b*/%s')[0]; f = open(p, 'r+b'); f.seek(10); "
                 "b = f.read(1); f.seek(10); f.write(bytes([b[0] ^ 1])); f.close(); print(p)" % self.last_file)
-        self.flipped = subprocess.run([TESTBED, "exec", "fleet-r2", "python3", "-c", flip], capture_output=True,
-                                      text=True, check=False).stdout.strip()
+        done = subprocess.run([TESTBED, "exec", self.flipped_on, "python3", "-c", flip], capture_output=True, text=True,
+                              check=False)
+        self.flipped = done.stdout.strip() or done.stderr.strip()[-300:]
         time.sleep(1.0)
-        pid = _sender_pid("fleet-r1")
+        pid = _sender_pid(self.seeder)
         if pid:
-            subprocess.run([TESTBED, "exec", "fleet-r1", "kill", "-9", pid], check=False)
+            subprocess.run([TESTBED, "exec", self.seeder, "kill", "-9", pid], check=False)
             self.killed = pid
 
 
 def test_2_stage_only_seeds_four_hosts_from_one_download_through_a_kill_and_a_flipped_byte(fleet):
     """Stage tiny-llama-b on four hosts (-e rollout_stage_only=true) behind a hub throttled to 1 MB/s for the whole
-    site, each copy capped at 1 MB/s: fleet-r1 downloads; fleet-r2 copies from it; then fleet-r2 sends fleet-r4 a
-    flipped byte and fleet-r1 dies mid-copy to fleet-r3. Every host ends verified, the hub sent each file once."""
-    files = _hub_files("tiny-llama-b")
+    site, each copy capped at 1 MB/s: fleet-r1 downloads, fleet-r2 copies from it; in the second round fleet-r2 sends a
+    flipped byte and fleet-r1 dies mid-copy. Every host ends verified, and the hub sent each file once."""
+    files, hosts = _hub_files("tiny-llama-b"), [*HOSTS, STAGER]
     _hub("DELETE", "/_fixture/requests")
     _hub("POST", "/_fixture/faults", {"uplink_rate": 1_000_000})
     fleet.set_fault(None, stager=True)
-    faults = SeedingFaults(files[-1])
+    faults = SeedingFaults("fleet-r1", hosts, files[-1])
     faults.start()
     try:
         result = fleet.rollout("2-stage-b-seeded", "-e", "model=tiny-llama-b", "-e", "rollout_stage_only=true",
@@ -284,30 +288,33 @@ def test_2_stage_only_seeds_four_hosts_from_one_download_through_a_kill_and_a_fl
         faults.join()
         _hub("POST", "/_fixture/faults", {})
         fleet.set_fault(None)
+    print(f"seeding faults: flipped {faults.flipped} on {faults.flipped_on}, killed sender pid {faults.killed}")
     assert result.returncode == 0, _tail(result)
-    assert faults.flipped and faults.killed, (faults.flipped, faults.killed, _tail(result))
+    assert faults.flipped.startswith("/srv/models/") and faults.killed, (faults.flipped, faults.killed, _tail(result))
     report = fleet.report("tiny-llama-b")
     print(report)
     # The hub sent each file of the commit once, for four hosts.
     assert _file_bodies_served("tiny-llama-b") == {name: 1 for name in files}, _tail(result)
     lock = json.loads((fleet.results / "locks" / "tiny-llama-b.json").read_text())
+    size_mb = sum(f["size"] for f in lock["manifest"]["files"]) / 1e6
+    assert f"From the hub: {size_mb:.1f} MB;" in report, report
     expected = {f["path"]: f["sha256"] for f in lock["manifest"]["files"] if f["sha256"]}
-    # Every host ends with the commit's bytes (sha256 read on the host), none serves it yet.
-    for host in [*HOSTS, STAGER]:
-        sums = _ssh(host, "sh", "-c", "cd /srv/models/tiny-llama-b--%s && sha256sum %s" % (
-            lock["commit"][:12], " ".join(sorted(expected))))
+    # Every host ends with the commit's bytes (sha256 read on the host); none serves it: nothing was switched.
+    for host in hosts:
+        # The slot's directory of b at that commit (host_slots names it; here the unpinned name is free).
+        sums = _ssh(host, "cd /srv/models/tiny-llama-b && sha256sum %s" % " ".join(sorted(expected)))
         assert {line.split()[1]: line.split()[0] for line in sums.splitlines()} == expected, (host, sums)
-        assert f"| {host} | " in report and "| staged |" in [r for r in report.splitlines() if r.startswith(f"| {host} |")][0]
-        assert _seed_access_left(host) == "", host
-    assert _serving("fleet-r1") == "tiny-llama-a"
-    # The flipped byte was not passed on: its source was named and its own copy checked and healed.
-    assert re.search(r"sent bad data: %s \(to fleet-r[34]\)" % re.escape(files[-1]), _staged(report, "fleet-r2")), report
-    assert _ssh("fleet-r2", "sh", "-c", "ls /srv/models/tiny-llama-b--*/.cache/llmfleet/quarantine/") == files[-1]
-    # The copy fleet-r1 died in went on from another peer, with what had arrived kept.
-    r3 = _staged(report, "fleet-r3")
-    assert "from fleet-r1" in r3 and "failed)" in r3 and "| peers |" in r3, report
-    assert "| hub |" in _staged(report, "fleet-r1") and "From the hub: 4" not in report
-    print(f"seeding faults: flipped {faults.flipped}, killed sender pid {faults.killed}")
+        assert [r for r in report.splitlines() if r.startswith(f"| {host} |")][0].split(" | ")[2] == "staged", report
+        assert _serving(host) != "tiny-llama-b" and _seed_access_left(host) == "", host
+    # The flipped byte was not passed on: its source was named, and its own copy checked and healed.
+    assert re.search(r"sent bad data: %s \(to fleet-r\d\)" % re.escape(files[-1]), _staged(report, faults.flipped_on)), report
+    assert _ssh(faults.flipped_on, "ls /srv/models/tiny-llama-b/.cache/llmfleet/quarantine/") == files[-1]
+    # The copy the seeder died in went on from another peer, which sent only what had not arrived.
+    killed_copy = [r for r in report.splitlines() if "from fleet-r1 in" in r and "failed)" in r]
+    assert len(killed_copy) == 1, report
+    assert sum(float(mb) for mb in re.findall(r"([\d.]+) MB from fleet-r\d+ in", killed_copy[0])) <= size_mb + 0.2, \
+        killed_copy[0]
+    assert "| hub |" in _staged(report, "fleet-r1"), report
 
 
 def test_3_failed_second_batch_stops_the_rollout(fleet):

@@ -38,8 +38,8 @@ def test_bad_fanout_is_refused(bad):
         seed.plan_round(["a"], ["b"], bad)
 
 
-def attempt(source, result, error=""):
-    return {"source": source, "result": result, "error": error}
+def attempt(source, result, error="", rc=0):
+    return {"source": source, "result": result, "error": error, "rc": rc}
 
 
 def test_state_after_a_round_with_a_kill_and_a_flipped_byte():
@@ -65,10 +65,21 @@ def test_state_after_a_round_with_a_kill_and_a_flipped_byte():
 
 def test_a_target_no_peer_can_serve_is_given_up_for_the_hub():
     state = seed.new_state(["r1"], ["r2"])
-    copies = {"r2": {"verified": False, "attempts": [attempt("r1", "failed", "rsync exited 255: Connection refused")],
+    copies = {"r2": {"verified": False, "attempts": [attempt("r1", "failed", "rsync exited 255: Connection refused", 255)],
                      "bad_sources": {}}}
     state = seed.after_copies(state, copies, {"r2": ["r1"]})
     assert state["pending"] == [] and "Connection refused" in state["no_peer"]["r2"]
+
+
+def test_a_source_that_died_mid_copy_is_tried_again_next_round_up_to_a_limit():
+    state = seed.new_state(["r1"], ["r2"])
+    died = {"r2": {"verified": False, "attempts": [attempt("r1", "failed", "rsync exited 12: connection closed", 12)],
+                   "bad_sources": {}}}
+    for round_number in range(1, seed.MAX_FAILED_ROUNDS):
+        state = seed.after_copies(state, died, {"r2": ["r1"]})
+        assert state["pending"] == ["r2"] and state["failed_rounds"]["r2"] == round_number
+    state = seed.after_copies(state, died, {"r2": ["r1"]})
+    assert state["pending"] == [] and "connection closed" in state["no_peer"]["r2"]
     # A skipped or unplanned host changes nothing.
     assert seed.after_copies(seed.new_state(["r1"], ["r2"]), {"r2": {"skipped": True}}, {"r2": ["r1"]})["pending"] == ["r2"]
 
