@@ -26,6 +26,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -33,6 +34,8 @@ import time
 import urllib.request
 
 import pytest
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils.peer_seeding import authorized_key_line
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tools", "traffic"))
@@ -315,6 +318,53 @@ def test_2_stage_only_seeds_four_hosts_from_one_download_through_a_kill_and_a_fl
     assert sum(float(mb) for mb in re.findall(r"([\d.]+) MB from fleet-r\d+ in", killed_copy[0])) <= size_mb + 0.2, \
         killed_copy[0]
     assert "| hub |" in _staged(report, "fleet-r1"), report
+
+
+def _seed_ssh(key: str, *remote: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ssh", "-i", key, "-p", STAGER_SSH_PORT, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+                           "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                           "llmfleet-seed@127.0.0.1", *remote], capture_output=True, text=True, check=False, timeout=30)
+
+
+def _seed_rsync(key: str, *args: str) -> subprocess.CompletedProcess:
+    rsh = (f"ssh -i {key} -p {STAGER_SSH_PORT} -o BatchMode=yes -o IdentitiesOnly=yes -o StrictHostKeyChecking=no "
+           "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR")
+    return subprocess.run(["rsync", "--rsh", rsh, *args], capture_output=True, text=True, check=False, timeout=30)
+
+
+def test_2b_a_seeding_key_only_reads_one_directory_from_its_address_until_it_expires(fleet, tmp_path):
+    """The authorized_keys options a rollout writes (module_utils/peer_seeding.py), against fleet-r4's real sshd and
+    Debian's rrsync: the key reads the model directory and nothing else, not from another address, not after expiry."""
+    if not shutil.which("rsync"):
+        subprocess.run(["apt-get", "install", "-y", "-qq", "rsync"], check=True, capture_output=True)
+    keys = {}
+    for name in ("good", "expired", "elsewhere"):
+        keys[name] = str(tmp_path / name)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", keys[name]], check=True)
+    later = time.strftime("%Y%m%d%H%MZ", time.gmtime(time.time() + 3600))
+    earlier = time.strftime("%Y%m%d%H%MZ", time.gmtime(time.time() - 3600))
+    pub = {name: pathlib.Path(path + ".pub").read_text() for name, path in keys.items()}
+    lines = [authorized_key_line(pub["good"], "/srv/models/tiny-llama-b", "127.0.0.1", later, "good"),
+             authorized_key_line(pub["expired"], "/srv/models/tiny-llama-b", "127.0.0.1", earlier, "expired"),
+             authorized_key_line(pub["elsewhere"], "/srv/models/tiny-llama-b", "10.9.9.9", later, "elsewhere")]
+    assert _ssh(STAGER, "id -u llmfleet-seed") != "", "the staging run created the account"
+    subprocess.run([TESTBED, "exec", STAGER, "sh", "-c", "cat > /var/lib/llmfleet-seed/.ssh/authorized_keys"],
+                   input="\n".join(lines) + "\n", text=True, check=True)
+    try:
+        listing = _seed_rsync(keys["good"], "--list-only", "llmfleet-seed@127.0.0.1:/")
+        assert listing.returncode == 0 and "tokenizer.json" in listing.stdout, listing
+        shell = _seed_ssh(keys["good"], "id")
+        assert shell.returncode != 0 and "uid=" not in shell.stdout, shell
+        outside = _seed_rsync(keys["good"], "--list-only", "llmfleet-seed@127.0.0.1:/../../../etc/")
+        assert "passwd" not in outside.stdout, outside
+        (tmp_path / "upload").write_text("x")
+        push = _seed_rsync(keys["good"], str(tmp_path / "upload"), "llmfleet-seed@127.0.0.1:/")
+        assert push.returncode != 0 and _ssh(STAGER, "ls /srv/models/tiny-llama-b/upload 2>&1") != "/srv/models/tiny-llama-b/upload", push
+        for name in ("expired", "elsewhere"):
+            refused = _seed_rsync(keys[name], "--list-only", "llmfleet-seed@127.0.0.1:/")
+            assert refused.returncode == 255 and "Permission denied" in refused.stderr, (name, refused)
+    finally:
+        _ssh(STAGER, "rm -f /var/lib/llmfleet-seed/.ssh/authorized_keys")
 
 
 def test_3_failed_second_batch_stops_the_rollout(fleet):
