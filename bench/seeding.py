@@ -61,10 +61,11 @@ def main() -> None:
         for i, name in enumerate(names, start=1):
             tb.machine_up(name, SSH_PORT_BASE + i, "")
         hub_call("POST", "/_fixture/faults", {"uplink_rate": int(args.uplink_mb_s * 1e6)})
+        model_bytes = sum(s["size"] for s in hub_call("GET", f"/api/models/llmfleet-test/{args.model}?blobs=true")["siblings"])
 
         def staged_run(mode: str, timed: bool = True) -> None:
             for name in names:
-                tb.ssh(name, "sh", "-c", f"rm -rf /srv/models/{args.model}--*")
+                tb.ssh(name, f"rm -rf /srv/models/{args.model} /srv/models/{args.model}--*")
             hub_call("DELETE", "/_fixture/requests")
             label, extra = modes[mode]
             result, wall = tb.run_playbook(inventory, playbook, "-e", f"model={args.model}", "-e",
@@ -75,6 +76,10 @@ def main() -> None:
                              "load": tb.load_average()})
                 print(f"{mode} {label}: {wall:.1f} s, hub sent {runs[-1]['hub_bytes'] / 1e6:.1f} MB", flush=True)
             assert "staged" in result.stdout
+            if mode == "A":
+                assert runs[-1]["hub_bytes"] < 1.5 * model_bytes if timed else True
+            elif timed:
+                assert runs[-1]["hub_bytes"] >= 0.9 * args.hosts * model_bytes, runs[-1]
 
         staged_run("B", timed=False)
         order = "".join("AB" if pair % 2 == 0 else "BA" for pair in range(args.pairs))
