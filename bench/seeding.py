@@ -98,7 +98,7 @@ def main() -> None:
     os.makedirs(os.path.join(tb.REPO, "results"), exist_ok=True)
     with open(os.path.join(tb.REPO, "results", "bench-seeding.json"), "w", encoding="utf-8") as fh:
         json.dump(summary, fh, indent=2)
-    print(f"\n| run | wall s, median (min-max) | MB from the hub |\n|---|---|---|")
+    print("\n| run | wall s, median (min-max) | MB from the hub |\n|---|---|---|")
     for mode, (label, _extra) in modes.items():
         print(f"| {mode}: {label} | {summary['wall_s'][mode]} | {summary['hub_mb'][mode]} |")
     print(f"\nseeded / every host from the hub, pair by pair: {summary['ratios']}, median {summary['ratio_median']}")

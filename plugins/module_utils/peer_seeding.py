@@ -247,7 +247,7 @@ def finished_files(text):
     for line in text.splitlines():
         if not line.startswith(DONE_PREFIX):
             continue
-        sent, _, name = line[len(DONE_PREFIX):].partition(" ")
+        sent, _space, name = line[len(DONE_PREFIX):].partition(" ")
         if name and not name.endswith("/") and sent.isdigit():
             files[name] = int(sent)
     return files

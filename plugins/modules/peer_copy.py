@@ -14,7 +14,7 @@ description:
     directory is verified against O(manifest) (full mode of M(llmfleet.vllm.shard_verify)), re-reading only what
     changed since it was hashed.
   - A source that fails (unreachable, killed mid-copy, stalled past O(io_timeout_s)) is followed by the next one,
-    which resumes the partial files (rsync's delta against them): the next source sends only what is missing.
+    which resumes the partial files (rsync's delta against them), so the next source sends only what is missing.
   - A file that fails verification is moved to C(.cache/llmfleet/quarantine/) (nothing is deleted), the source that
     sent it is named in RV(bad_sources), and the file is fetched from the next source.
   - The manifest comes from the caller (the revision lock of a rollout), never from the source.
@@ -78,7 +78,7 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Changes nothing and reports RV(changed) true when the directory is not verified against O(manifest).
+    description: Changes nothing; says what it would copy from which sources.
   diff_mode:
     support: none
     description: Nothing to diff.

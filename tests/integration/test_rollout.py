@@ -205,7 +205,7 @@ def _hub_files(model: str) -> list[str]:
 def _seed_access_left(host: str) -> str:
     """What a seeding leaves of its access on a host: authorized_keys lines and per-run key directories."""
     return _ssh(host, "grep -v '^#' /var/lib/llmfleet-seed/.ssh/authorized_keys 2>/dev/null; "
-                                  "ls -A /run/llmfleet-seed 2>/dev/null")
+                      "ls -A /run/llmfleet-seed 2>/dev/null")
 
 
 def _staged(report: str, host: str) -> str:
