@@ -269,6 +269,10 @@ def host_record(host, part, copies=None, fetched=None, fallback=None, bad_named=
     if part == "none":
         return {"host": host, "how": "takes no part (shares storage, or off)", "bytes_by_source": {}, "seconds": 0.0,
                 "sources_text": "-", "detail": "-"}
+    if fetched and str(fetched.get("check_mode")).lower() == "true":
+        missing = int(fetched.get("bytes_to_download") or 0)
+        return {"host": host, "how": "check mode: nothing fetched", "bytes_by_source": {}, "seconds": 0.0,
+                "sources_text": "-", "detail": "would fetch %s (from the hub or a peer)" % _mb(missing)}
     bytes_by_source, seconds, parts = {}, 0.0, []
     for copy in copies:
         seconds += float(copy.get("seconds") or 0)

@@ -115,3 +115,22 @@ def test_stats_and_finished_files_are_read_from_rsync_output():
            "Number of regular files transferred: 9\nLiteral data: 6,874,112 bytes\nMatched data: 1,024 bytes\n")
     assert seed.finished_files(out) == {"config.json": 1234}
     assert seed.parse_stats(out) == {"literal": 6874112, "matched": 1024, "received": 0, "transferred_files": 9}
+
+
+def test_host_record_says_where_the_bytes_came_from():
+    copies = [{"round": 1, "verified": False, "seconds": 2.0,
+               "attempts": [{"source": "r1", "result": "failed", "bytes": 1_200_000, "seconds": 1.5}]},
+              {"round": 2, "verified": True, "seconds": 3.0,
+               "attempts": [{"source": "r2", "result": "verified", "bytes": 3_100_000, "bytes_matched": 1_200_000,
+                             "seconds": 3.0}]}]
+    record = seed.host_record("r3", "target", copies)
+    assert record["how"] == "peers" and record["bytes_by_source"] == {"r1": 1_200_000, "r2": 3_100_000}
+    assert record["detail"] == "1.2 MB from r1 in 1.5 s (round 1, failed); 3.1 MB from r2 in 3.0 s (round 2, verified)"
+    hub = seed.host_record("r1", "target", [], {"bytes_downloaded": 4_300_000, "seconds": 4.0, "verify_seconds": 0.5})
+    assert hub["how"] == "hub" and hub["sources_text"] == "hub: 4.3 MB" and hub["seconds"] == 4.5
+    fallback = seed.host_record("r4", "target", copies[:1], {"bytes_downloaded": 900, "seconds": 1}, "no peer")
+    assert fallback["how"] == "hub fallback" and "900 B from the hub in 1.0 s (fallback: no peer)" in fallback["detail"]
+    check = seed.host_record("r2", "target", [], {"check_mode": True, "bytes_to_download": 6_900_000})
+    assert check["how"] == "check mode: nothing fetched" and "6.9 MB" in check["detail"]
+    assert seed.host_record("r5", "none")["how"].startswith("takes no part")
+    assert seed.host_record("r6", "holder")["how"] == "held a verified copy"
