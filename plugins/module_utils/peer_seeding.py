@@ -14,9 +14,12 @@ One owner for the rules of ``roles/model_seed`` and the ``peer_copy`` module:
 """
 from __future__ import annotations
 
+import copy
 import ipaddress
 import re
 import shlex
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import ORIGINALS_RELDIR
 
 SEED_USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
 PUBLIC_KEY_RE = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) [A-Za-z0-9+/=]+\Z")
@@ -24,13 +27,6 @@ PUBLIC_KEY_RE = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|52
 SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]*\Z")
 PARTIAL_DIR = ".cache/llmfleet/rsync-partial"
 DONE_PREFIX = "llmfleet-done "
-# What a copy takes besides the files of the model: the record of applied patches and the hub originals it kept
-# (verification checks a patched file through them). Never the source's manifest (the lock's is written instead), its
-# digest ledger, quarantine or the hub client's bookkeeping.
-RSYNC_FILTERS = (
-    "--include=/.cache/", "--include=/.cache/llmfleet/", "--include=/.cache/llmfleet/patches.json",
-    "--include=/.cache/llmfleet/originals/***", "--exclude=/.cache/**", "--exclude=/.llmfleet-manifest.json",
-)
 _STATS = {"literal": "Literal data", "matched": "Matched data", "received": "Total bytes received",
           "transferred_files": "Number of regular files transferred"}
 
@@ -49,8 +45,9 @@ def plan_round(holders, targets, fanout=1, avoid=None):
 
     holders -- hosts holding a verified copy, in order of preference; targets -- hosts still without one, in order;
     avoid -- {target: [sources named bad for it]}. Each holder is the first source of at most ``fanout`` targets; a
-    target's other sources (least loaded first) are only tried when the first fails. A target without a free
-    holder waits for the next round; one that may use no holder at all is left out (it falls back to the hub).
+    target's other sources are the holders with room left under ``fanout`` (least loaded first), tried only when the
+    first fails, so that no host ever serves more than ``fanout`` at once. A target without a free holder waits for
+    the next round.
     """
     fanout = int(fanout)
     if fanout < 1:
@@ -68,8 +65,9 @@ def plan_round(holders, targets, fanout=1, avoid=None):
         load[first] += 1
         plan[target] = [first]
     for target, sources in plan.items():
-        usable = [h for h in holders if h != target and h not in (avoid.get(target) or ()) and h != sources[0]]
-        sources.extend(sorted(usable, key=lambda h: (load[h], order[h])))
+        spare = [h for h in holders if h != target and h not in (avoid.get(target) or ()) and h != sources[0]
+                 and load[h] < fanout]
+        sources.extend(sorted(spare, key=lambda h: (load[h], order[h])))
     return plan
 
 
@@ -84,41 +82,42 @@ def after_copies(state, copies, plan):
     """The state after one round's copies.
 
     copies -- {target: peer_copy's result} of the targets planned this round (others may be absent or skipped).
-    A verified target becomes a holder. A source that sent a bad file leaves the holders until a full check of its own
-    copy clears it, and is never again a source for that target. A target whose every source failed in a round tries
-    again in the next (a source whose sender died is still up, and the partial files are kept), unless none of them
-    could be reached at all (ssh failed: rsync's exit 255) and no other holder is left, or it is the target's
-    ``MAX_FAILED_ROUNDS``-th such round: then it is given up and falls back to the hub.
+    A verified target becomes a holder. A source that sent a bad file, or a copy lacking files, leaves the holders
+    until a full check of its own copy clears it, and is never again a source for that target. A target whose every
+    attempt failed tries again in the next round (a source whose sender died is still up, and the partial files are
+    kept), unless no source could be reached at all (ssh failed before any byte came: rsync's exit 255) and no other
+    holder is left, or it is the target's ``MAX_FAILED_ROUNDS``-th such round: then it falls back to the hub.
     """
-    state = dict((k, (dict(v) if isinstance(v, dict) else list(v))) for k, v in state.items())
+    state = copy.deepcopy(dict(state))
     state.setdefault("failed_rounds", {})
+    gave_nothing = []
     for target in plan:
         result = copies.get(target) or {}
-        if result.get("skipped") or "verified" not in result:
+        if result.get("skipped"):
+            continue
+        if "verified" not in result:  # the copy task itself failed or timed out: a failed round
+            gave_nothing.append((target, [{"source": "-", "rc": None, "bytes": 0,
+                                           "error": str(result.get("msg") or "the copy ended without a result")}]))
             continue
         for source, files in (result.get("bad_sources") or {}).items():
-            state["avoid"].setdefault(target, [])
-            if source not in state["avoid"][target]:
-                state["avoid"][target].append(source)
-            state["bad_named"].setdefault(source, [])
-            state["bad_named"][source].extend("%s (to %s)" % (f, target) for f in files)
-            if source in state["holders"]:
-                state["holders"].remove(source)
-            if source not in state["suspects"]:
-                state["suspects"].append(source)
+            _suspect(state, target, source, ["%s (to %s)" % (f, target) for f in files])
+        for attempt in result.get("attempts") or []:
+            if attempt.get("result") == "incomplete":
+                _suspect(state, target, attempt["source"], ["files missing (to %s)" % target])
         if result["verified"]:
             state["pending"].remove(target)
             state["holders"].append(target)
             continue
         attempts = result.get("attempts") or []
         failed = [a for a in attempts if a.get("result") == "failed"]
-        if not attempts or len(failed) < len(attempts):
-            continue
+        if attempts and len(failed) == len(attempts):
+            gave_nothing.append((target, failed))
+    for target, failed in gave_nothing:
         state["failed_rounds"][target] = state["failed_rounds"].get(target, 0) + 1
-        tried = [a["source"] for a in attempts]
+        tried = [a["source"] for a in failed]
         others = [h for h in state["holders"] if h not in tried and h != target
                   and h not in state["avoid"].get(target, [])]
-        unreachable = all(a.get("rc") == SSH_FAILED for a in failed)
+        unreachable = all(a.get("rc") == SSH_FAILED and not a.get("bytes") for a in failed)
         if (unreachable and not others and not state["suspects"]) \
                 or state["failed_rounds"][target] >= MAX_FAILED_ROUNDS:
             state["pending"].remove(target)
@@ -126,11 +125,23 @@ def after_copies(state, copies, plan):
     return state
 
 
+def _suspect(state, target, source, what):
+    state["avoid"].setdefault(target, [])
+    if source not in state["avoid"][target]:
+        state["avoid"][target].append(source)
+    state["bad_named"].setdefault(source, [])
+    state["bad_named"][source].extend(what)
+    if source in state["holders"]:
+        state["holders"].remove(source)
+    if source not in state["suspects"]:
+        state["suspects"].append(source)
+
+
 def after_checks(state, checks):
     """The state after hosts checked their own copy, {host: passed}: a target's copy left by an earlier run, or a
     holder named bad. One whose copy passed holds a verified copy; a suspect whose copy failed (its bad files moved
     aside, the rest kept) needs the model again."""
-    state = dict((k, (dict(v) if isinstance(v, dict) else list(v))) for k, v in state.items())
+    state = copy.deepcopy(dict(state))
     for host, passed in checks.items():
         was_suspect = host in state["suspects"]
         if was_suspect:
@@ -175,7 +186,8 @@ def check_seed_path(path, what):
 def authorized_key_line(public_key, source_dir, from_address=None, expiry=None, comment="",
                         rrsync="/usr/bin/rrsync"):
     """One authorized_keys line: this key may only rsync ``source_dir`` read-only, from ``from_address`` when it is
-    an IP, until ``expiry`` (OpenSSH ``YYYYMMDDHHMM`` in UTC, with its ``Z``)."""
+    an IP, until ``expiry`` (OpenSSH's ``YYYYMMDDHHMM``, the source's local time; a trailing ``Z`` means UTC, which
+    sshd understands from OpenSSH 8.7 on)."""
     key = " ".join(str(public_key).split()[:2])
     if not PUBLIC_KEY_RE.match(key):
         raise SeedError("not an OpenSSH public key: %r" % str(public_key)[:60])
@@ -185,8 +197,8 @@ def authorized_key_line(public_key, source_dir, from_address=None, expiry=None, 
     if from_address and _is_ip(from_address):
         options.append('from="%s"' % ipaddress.ip_address(from_address))
     if expiry:
-        if not re.match(r"^\d{12}Z\Z", expiry):
-            raise SeedError("expiry must be YYYYMMDDHHMMZ, got %r" % expiry)
+        if not re.match(r"^\d{12}Z?\Z", expiry):
+            raise SeedError("expiry must be YYYYMMDDHHMM (local time of the source) or YYYYMMDDHHMMZ, got %r" % expiry)
         options.append('expiry-time="%s"' % expiry)
     safe_comment = re.sub(r"[^A-Za-z0-9._@:+-]", "_", comment)
     return ("%s %s %s" % (",".join(options), key, safe_comment)).rstrip()
@@ -208,23 +220,34 @@ def known_hosts_line(address, port, host_public_key):
 def ssh_command(identity_file, known_hosts_file, port, connect_timeout_s=10, ssh="ssh"):
     """The remote shell rsync uses: only the per-rollout key, only the source's known host key, no prompts."""
     return " ".join(shlex.quote(part) for part in [
-        ssh, "-i", identity_file, "-p", str(int(port)), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+        ssh, "-F", "/dev/null", "-i", identity_file, "-p", str(int(port)), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
         "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=%s" % known_hosts_file,
         "-o", "GlobalKnownHostsFile=/dev/null", "-o", "ConnectTimeout=%d" % int(connect_timeout_s),
         "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"])
 
 
+def copy_list(manifest):
+    """What a copy asks a source for: the manifest's files, and the hub original of each, which a source that patched
+    the file keeps under ``ORIGINALS_RELDIR`` (absent ones are skipped). Nothing else: no patch record, no manifest,
+    no file the commit lacks, no symlink."""
+    paths = [entry["path"] for entry in manifest["files"]]
+    return paths + ["%s/%s" % (ORIGINALS_RELDIR, path) for path in paths]
+
+
 def rsync_argv(user, address, port, dest, identity_file, known_hosts_file, bwlimit_kbps=0, io_timeout_s=60,
-               connect_timeout_s=10, rsync="rsync", ssh="ssh"):
-    """rsync pulling the source's whole model directory into ``dest``: files already there are left (they are
-    verified after), a partial file is kept and resumed from the next source, and each finished file is named on
-    stdout with the bytes it took (``%b`` makes rsync print the line after the transfer, not before)."""
+               connect_timeout_s=10, rsync="rsync", ssh="ssh", files_from=None):
+    """rsync pulling the files listed in ``files_from`` (copy_list) from the source's model directory into ``dest``:
+    files already there are left (they are verified after), a partial file is kept and resumed from the next source,
+    and each finished file is named on stdout with the bytes it took (``%b`` makes rsync print the line after the
+    transfer, not before)."""
     if not SEED_USER_RE.match(str(user)):
         raise SeedError("the seed user must be a plain user name, got %r" % user)
     host = "[%s]" % address if ":" in str(address) else str(address)
-    argv = [rsync, "--recursive", "--links", "--times", "--chmod=D0755,F0644", "--ignore-existing",
-            "--partial-dir=%s" % PARTIAL_DIR, "--out-format=%s%%b %%n" % DONE_PREFIX, "--stats", "--timeout=%d" % int(io_timeout_s)]
-    argv += list(RSYNC_FILTERS)
+    argv = [rsync, "--times", "--chmod=D0755,F0644", "--ignore-existing", "--ignore-missing-args",
+            "--partial-dir=%s" % PARTIAL_DIR, "--out-format=%s%%b %%n" % DONE_PREFIX, "--stats",
+            "--timeout=%d" % int(io_timeout_s)]
+    if files_from:
+        argv.append("--files-from=%s" % files_from)
     if int(bwlimit_kbps) > 0:
         argv.append("--bwlimit=%d" % int(bwlimit_kbps))
     argv += ["--rsh", ssh_command(identity_file, known_hosts_file, port, connect_timeout_s, ssh),

@@ -8,7 +8,8 @@ DOCUMENTATION = r"""
 module: peer_copy
 short_description: Copy a model from hosts that hold a verified copy, and verify it against the lock's manifest
 description:
-  - Pulls a model directory from the first of O(sources) with rsync over ssh, using a per-rollout key (rsync's own
+  - Pulls the files of O(manifest) (and the hub original a source kept of a file it patched, nothing else) from the
+    first of O(sources) with rsync over ssh, using a per-rollout key (rsync's own
     C(rrsync) on the source limits that key to a read-only copy of its model directory) and the source's host key
     only. Each file is hashed as soon as rsync has put it in place, while the others still arrive; then the whole
     directory is verified against O(manifest) (full mode of M(llmfleet.vllm.shard_verify)), re-reading only what
@@ -17,7 +18,10 @@ description:
     which resumes the partial files (rsync's delta against them), so the next source sends only what is missing.
   - A file that fails verification is moved to C(.cache/llmfleet/quarantine/) (nothing is deleted), the source that
     sent it is named in RV(bad_sources), and the file is fetched from the next source.
-  - The manifest comes from the caller (the revision lock of a rollout), never from the source.
+  - The manifest comes from the caller (the revision lock of a rollout), never from the source, and becomes the
+    directory's C(.llmfleet-manifest.json) only once the copy is verified.
+  - One copy into a directory at a time (a lock under C(.cache/llmfleet/seed/)); while another runs, nothing is
+    touched and the attempt says so.
   - Ends with RV(verified) true or false; it fails only on bad input, so that the caller can fall back to the hub.
 version_added: 0.9.0
 author:
@@ -30,7 +34,7 @@ options:
   manifest:
     description:
       - The manifest the copy must match (format of the C(model_manifest) module_utils), written to
-        C(.llmfleet-manifest.json) in O(dest).
+        C(.llmfleet-manifest.json) in O(dest) once the copy is verified.
     type: dict
     required: true
   sources:
@@ -172,6 +176,8 @@ msg:
   type: str
 """
 
+import errno
+import fcntl
 import os
 import shutil
 import subprocess
@@ -183,20 +189,50 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.hash_ledger import L
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import (
     MANIFEST_FILENAME, ManifestError, list_model_files, validate_manifest, write_manifest)
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import VerifyError, verify_model_dir
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import ORIGINALS_RELDIR
 from ansible_collections.llmfleet.vllm.plugins.module_utils.peer_seeding import (
-    PARTIAL_DIR, SeedError, finished_files, parse_stats, rsync_argv)
+    PARTIAL_DIR, SeedError, copy_list, finished_files, parse_stats, rsync_argv)
 from ansible_collections.llmfleet.vllm.plugins.module_utils.pipelined_hashing import PipelinedHasher
 
 QUARANTINE = ".cache/llmfleet/quarantine"
+SEED_STATE = ".cache/llmfleet/seed"
 
 
 def bytes_on_disk(dest):
-    """Bytes of the model's files plus rsync's partial files under ``dest``."""
+    """Bytes of the model's files plus rsync's partial files under ``dest`` (those of subdirectories are model files
+    to list_model_files already)."""
     total = sum(list_model_files(dest).values()) if os.path.isdir(dest) else 0
-    for root, _dirs, files in os.walk(dest):
-        if root.endswith(PARTIAL_DIR):
-            total += sum(os.path.getsize(os.path.join(root, name)) for name in files)
+    partial = os.path.join(dest, PARTIAL_DIR)
+    if os.path.isdir(partial):
+        total += sum(os.path.getsize(os.path.join(partial, name)) for name in os.listdir(partial))
     return total
+
+
+def restore_originals(dest, manifest):
+    """A source that patched a file sent its hub original too: put it in the file's place (the local catalog patches
+    are applied again after the copy). Returns {original's path: the file's path} of what was moved."""
+    moved = {}
+    for entry in manifest["files"]:
+        original = os.path.join(ORIGINALS_RELDIR, entry["path"])
+        if os.path.isfile(os.path.join(dest, original)):
+            os.replace(os.path.join(dest, original), os.path.join(dest, entry["path"]))
+            moved[original] = entry["path"]
+    return moved
+
+
+def lock_dir(dest):
+    """An exclusive lock on the directory's copy (another copy into it, e.g. of a killed run, may still be running);
+    None when another holds it."""
+    os.makedirs(os.path.join(dest, SEED_STATE), mode=0o755, exist_ok=True)
+    handle = open(os.path.join(dest, SEED_STATE, "lock"), "a")  # pylint: disable=consider-using-with
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        handle.close()
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return handle
 
 
 def quarantine(dest, paths):
@@ -223,15 +259,35 @@ def copy_from_peers(params, run=subprocess.run):
     dest, manifest = params["dest"].rstrip("/"), params["manifest"]
     started = time.monotonic()
     os.makedirs(dest, mode=0o755, exist_ok=True)
-    manifest_path = os.path.join(dest, MANIFEST_FILENAME)
-    write_manifest(manifest, manifest_path)
+    lock = lock_dir(dest)
+    if lock is None:
+        return {"changed": False, "verified": False, "source": None, "bad_sources": {}, "bytes_by_source": {},
+                "quarantined": [], "seconds": 0.0, "verify": None,
+                "attempts": [{"source": s["name"], "result": "failed", "rc": None, "bytes": 0, "bytes_matched": 0,
+                              "files": [], "bad_files": [], "seconds": 0.0,
+                              "error": "another copy into %s is still running" % dest} for s in params["sources"][:1]],
+                "msg": "another copy into %s is still running (a killed run's?): not touched" % dest}
+    try:
+        return _copy_locked(params, dest, manifest, started, run)
+    finally:
+        lock.close()
+
+
+def _copy_locked(params, dest, manifest, started, run):
+    # The lock's manifest is what the copy is checked against; it becomes the directory's manifest (which other
+    # tools read as "a verified copy of this commit") only once the copy is verified.
+    check_manifest = os.path.join(dest, SEED_STATE, "manifest.json")
+    write_manifest(manifest, check_manifest)
+    files_from = os.path.join(dest, SEED_STATE, "files")
+    with open(files_from, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(copy_list(manifest)) + "\n")
     ledger = Ledger(dest, fresh=True)
     attempts, brought_by, bad_sources, verify = [], {}, {}, None
     verified, source_done = False, None
     for source in params["sources"]:
         argv = rsync_argv(params["user"], source["address"], source["port"], dest, params["identity_file"],
                           params["known_hosts_file"], params["bwlimit_kbps"], params["io_timeout_s"],
-                          params["connect_timeout_s"], params["rsync_path"], params["ssh_path"])
+                          params["connect_timeout_s"], params["rsync_path"], params["ssh_path"], files_from)
         before = bytes_on_disk(dest)
         began = time.monotonic()
         hasher = PipelinedHasher(ledger, manifest["files"], workers=params["hash_workers"]).start()
@@ -240,6 +296,8 @@ def copy_from_peers(params, run=subprocess.run):
         finally:
             hasher.stop()
         stats, files = parse_stats(proc.stdout), finished_files(proc.stdout)
+        for original, path in restore_originals(dest, manifest).items():
+            files[path] = files.pop(original, 0) + files.pop(path, 0)
         for path in files:
             brought_by[path] = source["name"]
         attempt = {"source": source["name"], "files": sorted(files), "bad_files": [],
@@ -251,7 +309,7 @@ def copy_from_peers(params, run=subprocess.run):
             attempt["error"] = "rsync exited %d: %s" % (proc.returncode, _error_tail(proc.stderr))
             attempt["seconds"] = round(time.monotonic() - began, 3)
             continue
-        verify = verify_model_dir(dest, mode="full", manifest_path=manifest_path, ledger=ledger)
+        verify = verify_model_dir(dest, mode="full", manifest_path=check_manifest, ledger=ledger)
         attempt["seconds"] = round(time.monotonic() - began, 3)
         if not verify["failed"]:
             attempt["result"], verified, source_done = "verified", True, source["name"]
@@ -272,10 +330,12 @@ def copy_from_peers(params, run=subprocess.run):
     quarantined = []
     if not params["sources"]:
         # No source: check the copy that is there (left by an earlier run, or of a source named bad).
-        verify = verify_model_dir(dest, mode="full", manifest_path=manifest_path, ledger=ledger)
+        verify = verify_model_dir(dest, mode="full", manifest_path=check_manifest, ledger=ledger)
         verified = not verify["failed"]
         quarantined = [path for path in verify["bad"] if path not in verify["missing"]]
         quarantine(dest, quarantined)
+    if verified:
+        write_manifest(manifest, os.path.join(dest, MANIFEST_FILENAME))
     bytes_by_source = {}
     for attempt in attempts:
         bytes_by_source[attempt["source"]] = bytes_by_source.get(attempt["source"], 0) + attempt["bytes"]

@@ -18,11 +18,12 @@ def test_copies_double_each_round_with_fanout_1():
     assert rounds == 5 == seed.rounds_needed(1, 31, 1)
 
 
-def test_fanout_bounds_each_source_and_fallbacks_follow_least_loaded():
+def test_fanout_bounds_each_source_even_with_its_fallbacks():
     plan = seed.plan_round(["a", "b"], ["t1", "t2", "t3", "t4", "t5"], 2)
     assert sorted(plan) == ["t1", "t2", "t3", "t4"]
     assert [plan[t][0] for t in ("t1", "t2", "t3", "t4")] == ["a", "b", "a", "b"]
-    assert plan["t1"] == ["a", "b"]
+    assert plan["t1"] == ["a"]  # b serves two already: no fallback beyond the bound
+    assert seed.plan_round(["a", "b", "c"], ["t1"], 1) == {"t1": ["a", "b", "c"]}
     assert seed.rounds_needed(2, 5, 2) == 2
 
 
@@ -71,6 +72,25 @@ def test_a_target_no_peer_can_serve_is_given_up_for_the_hub():
     assert state["pending"] == [] and "Connection refused" in state["no_peer"]["r2"]
 
 
+def test_a_source_whose_copy_lacks_files_is_suspected_and_a_failed_task_is_a_failed_round():
+    state = seed.new_state(["r1", "r2"], ["r3"])
+    copies = {"r3": {"verified": True, "attempts": [attempt("r1", "incomplete"), attempt("r2", "verified")],
+                     "bad_sources": {}}}
+    state = seed.after_copies(state, copies, {"r3": ["r1", "r2"]})
+    assert state["suspects"] == ["r1"] and state["holders"] == ["r2", "r3"] and state["avoid"] == {"r3": ["r1"]}
+    timed_out = seed.after_copies(seed.new_state(["r1"], ["r2"]), {"r2": {"failed": True, "msg": "async timeout"}},
+                                  {"r2": ["r1"]})
+    assert timed_out["pending"] == ["r2"] and timed_out["failed_rounds"] == {"r2": 1}
+
+
+def test_ssh_failing_after_bytes_came_is_a_dead_peer_not_an_unreachable_one():
+    state = seed.new_state(["r1"], ["r2"])
+    copies = {"r2": {"verified": False, "bad_sources": {},
+                     "attempts": [dict(attempt("r1", "failed", "rsync exited 255", 255), bytes=1_000_000)]}}
+    assert seed.after_copies(state, copies, {"r2": ["r1"]})["pending"] == ["r2"]
+    assert state["failed_rounds"] == {}  # the state given is left as it was
+
+
 def test_a_source_that_died_mid_copy_is_tried_again_next_round_up_to_a_limit():
     state = seed.new_state(["r1"], ["r2"])
     died = {"r2": {"verified": False, "attempts": [attempt("r1", "failed", "rsync exited 12: connection closed", 12)],
@@ -89,6 +109,7 @@ def test_authorized_key_line_forces_a_read_only_rsync_of_one_directory():
                                     "202612051800Z", "llmfleet-seed:gpu-02")
     assert line == ('command="/usr/bin/rrsync -ro /srv/models/tiny--0123456789ab/",restrict,from="10.0.0.5",'
                     'expiry-time="202612051800Z" %s llmfleet-seed:gpu-02' % KEY)
+    assert 'expiry-time="202612051800"' in seed.authorized_key_line(KEY, "/srv/models/x", None, "202612051800")
     assert "from=" not in seed.authorized_key_line(KEY, "/srv/models/x", "gpu-02.lan", None)
 
 
@@ -103,9 +124,13 @@ def test_known_hosts_and_rsync_command_line():
     assert seed.known_hosts_line("10.0.0.1", 22, KEY) == "10.0.0.1 " + KEY
     argv = seed.rsync_argv("llmfleet-seed", "::1", 22, "/srv/models/m", "/run/k", "/run/kh", 2048, 60)
     assert argv[-2:] == ["llmfleet-seed@[::1]:/", "/srv/models/m/"]
-    assert "--bwlimit=2048" in argv and "--ignore-existing" in argv and "--exclude=/.llmfleet-manifest.json" in argv
+    assert "--bwlimit=2048" in argv and "--ignore-existing" in argv and "--recursive" not in argv
+    assert "--links" not in argv and "--files-from=/run/list" in seed.rsync_argv(
+        "llmfleet-seed", "h", 22, "/d", "/k", "/kh", files_from="/run/list")
+    assert seed.copy_list({"files": [{"path": "config.json"}]}) == ["config.json", ".cache/llmfleet/originals/config.json"]
     rsh = argv[argv.index("--rsh") + 1]
     assert "StrictHostKeyChecking=yes" in rsh and "UserKnownHostsFile=/run/kh" in rsh and "IdentitiesOnly=yes" in rsh
+    assert "-F /dev/null" in rsh  # root's ~/.ssh/config cannot change what the copy trusts
     with pytest.raises(seed.SeedError):
         seed.rsync_argv("root;id", "h", 22, "/d", "/k", "/kh")
 

@@ -1,17 +1,17 @@
-#!/usr/bin/env python3
 """TEST DOUBLE of ssh for llmfleet.vllm.peer_copy's unit tests: no sshd runs in a unit test, so this stands in for the
 network hop only. It does what sshd does with the per-rollout key's forced command: runs rsync's own rrsync -ro on the
 source's model directory with SSH_ORIGINAL_COMMAND set to what the client asked. The real ssh + sshd path is tested
 on the systemd test hosts (tests/integration/test_rollout.py).
 
 FAKE_SSH_SOURCES is a JSON object {address: model directory}; an address it lacks fails like an unreachable host.
+test_peer_copy.py runs it through a small executable it writes into the test's temporary directory.
 """
 import json
 import os
 import shlex
 import sys
 
-WITH_VALUE = {"-i", "-p", "-o", "-l"}
+WITH_VALUE = {"-F", "-i", "-p", "-o", "-l"}
 
 
 def main(argv):

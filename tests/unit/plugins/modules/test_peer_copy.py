@@ -9,14 +9,15 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import MANIFEST_FILENAME, load_manifest
-from ansible_collections.llmfleet.vllm.plugins.modules.peer_copy import QUARANTINE, copy_from_peers
+from ansible_collections.llmfleet.vllm.plugins.modules.peer_copy import QUARANTINE, copy_from_peers, lock_dir
 from model_builders import build_safetensors_model, flip_last_byte, shard_name
 
-FAKE_SSH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rrsync_over_fake_ssh.py")
+FAKE_SSH_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rrsync_over_fake_ssh.py")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -28,15 +29,25 @@ def rsync_installed():
         pytest.fail("rsync with rrsync is needed: apt-get install rsync")
 
 
+@pytest.fixture(name="fake_ssh", scope="module")
+def fixture_fake_ssh(tmp_path_factory):
+    """An executable that runs rrsync_over_fake_ssh.py (kept without a shebang in the repository)."""
+    path = tmp_path_factory.mktemp("bin") / "ssh"
+    path.write_text("#!%s\nimport runpy\nrunpy.run_path(%r, run_name='__main__')\n" % (sys.executable, FAKE_SSH_CODE))
+    path.chmod(0o755)
+    return str(path)
+
+
 @pytest.fixture(name="peers")
-def fixture_peers(tmp_path, monkeypatch):
+def fixture_peers(tmp_path, monkeypatch, fake_ssh):
     """Two sources holding the same model, and the manifest of a hub download of it."""
     first = build_safetensors_model(str(tmp_path / "src-a" / "model"), shards=3)
     second = str(tmp_path / "src-b" / "model")
     shutil.copytree(first, second, copy_function=shutil.copy2)
     manifest = load_manifest(os.path.join(first, MANIFEST_FILENAME))
     monkeypatch.setenv("FAKE_SSH_SOURCES", json.dumps({"10.0.0.1": first, "10.0.0.2": second}))
-    return {"first": first, "second": second, "manifest": manifest, "dest": str(tmp_path / "dest" / "model")}
+    return {"first": first, "second": second, "manifest": manifest, "dest": str(tmp_path / "dest" / "model"),
+            "ssh": fake_ssh}
 
 
 def params(peers, *addresses):
@@ -44,7 +55,7 @@ def params(peers, *addresses):
             "sources": [{"name": "gpu-%s" % a.rsplit(".", 1)[1], "address": a, "port": 22} for a in addresses],
             "user": "llmfleet-seed", "identity_file": "/nonexistent/id", "known_hosts_file": "/nonexistent/kh",
             "bwlimit_kbps": 0, "io_timeout_s": 30, "connect_timeout_s": 5, "hash_workers": 2,
-            "rsync_path": "rsync", "ssh_path": FAKE_SSH}
+            "rsync_path": "rsync", "ssh_path": peers["ssh"]}
 
 
 def test_a_copy_from_one_source_is_verified_and_hashed_as_it_lands(peers):
@@ -93,3 +104,37 @@ def test_without_sources_the_copy_there_is_checked_and_its_bad_files_moved_aside
     result = copy_from_peers(params_check)
     assert not result["verified"] and result["quarantined"] == [shard_name(3, 3)] and result["changed"]
     assert not os.path.exists(os.path.join(peers["first"], shard_name(3, 3)))
+
+
+def test_only_the_commits_files_are_copied_and_a_patched_file_arrives_as_the_hub_original(peers):
+    """A source's extra files, symlinks and patch records stay there; a file it patched comes as its kept original."""
+    first = peers["first"]
+    original = open(os.path.join(first, "config.json"), "rb").read()
+    os.makedirs(os.path.join(first, ".cache", "llmfleet", "originals"))
+    shutil.copy2(os.path.join(first, "config.json"), os.path.join(first, ".cache", "llmfleet", "originals", "config.json"))
+    with open(os.path.join(first, "config.json"), "w", encoding="utf-8") as handle:
+        handle.write('{"patched": true}')
+    with open(os.path.join(first, ".cache", "llmfleet", "patches.json"), "w", encoding="utf-8") as handle:
+        handle.write("{}")
+    with open(os.path.join(first, "chat_template.jinja"), "w", encoding="utf-8") as handle:
+        handle.write("{{ not in the commit }}")
+    os.symlink("/etc/passwd", os.path.join(first, "passwd"))
+    result = copy_from_peers(params(peers, "10.0.0.1"))
+    assert result["verified"], result["msg"]
+    assert open(os.path.join(peers["dest"], "config.json"), "rb").read() == original
+    for absent in ("chat_template.jinja", "passwd", ".cache/llmfleet/patches.json", ".cache/llmfleet/originals/config.json"):
+        assert not os.path.lexists(os.path.join(peers["dest"], absent)), absent
+
+
+def test_the_manifest_is_the_directorys_only_once_verified_and_one_copy_runs_at_a_time(peers):
+    flip_last_byte(os.path.join(peers["first"], shard_name(1, 3)))
+    assert not copy_from_peers(params(peers, "10.0.0.1"))["verified"]
+    assert not os.path.exists(os.path.join(peers["dest"], MANIFEST_FILENAME))
+    held = lock_dir(peers["dest"])
+    try:
+        busy = copy_from_peers(params(peers, "10.0.0.2"))
+    finally:
+        held.close()
+    assert not busy["verified"] and "still running" in busy["attempts"][0]["error"] and not busy["changed"]
+    assert copy_from_peers(params(peers, "10.0.0.2"))["verified"]
+    assert os.path.exists(os.path.join(peers["dest"], MANIFEST_FILENAME))
