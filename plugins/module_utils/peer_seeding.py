@@ -31,8 +31,9 @@ _STATS = {"literal": "Literal data", "matched": "Matched data", "received": "Tot
           "transferred_files": "Number of regular files transferred"}
 
 
-# rsync's exit status when its remote shell failed: ssh could not connect, or was refused.
-SSH_FAILED = 255
+# rsync's exit statuses when its remote shell failed (ssh could not connect, or was refused): 255, or 12 when rsync saw
+# its stream close before ssh's status.
+SSH_REFUSED = (255, 12)
 MAX_FAILED_ROUNDS = 3
 
 
@@ -85,7 +86,7 @@ def after_copies(state, copies, plan):
     A verified target becomes a holder. A source that sent a bad file, or a copy lacking files, leaves the holders
     until a full check of its own copy clears it, and is never again a source for that target. A target whose every
     attempt failed tries again in the next round (a source whose sender died is still up, and the partial files are
-    kept), unless no source could be reached at all (ssh failed before any byte came: rsync's exit 255) and no other
+    kept), unless no source could be reached at all (ssh failed before any byte came: rsync's exit 255 or 12) and no other
     holder is left, or it is the target's ``MAX_FAILED_ROUNDS``-th such round: then it falls back to the hub.
     """
     state = copy.deepcopy(dict(state))
@@ -117,7 +118,8 @@ def after_copies(state, copies, plan):
         tried = [a["source"] for a in failed]
         others = [h for h in state["holders"] if h not in tried and h != target
                   and h not in state["avoid"].get(target, [])]
-        unreachable = all(a.get("rc") == SSH_FAILED and not a.get("bytes") for a in failed)
+        # ssh refused or unreachable: rsync exits 255, or 12 when it noticed the closed stream first; no byte came.
+        unreachable = all(a.get("rc") in SSH_REFUSED and not a.get("bytes") for a in failed)
         if (unreachable and not others and not state["suspects"]) \
                 or state["failed_rounds"][target] >= MAX_FAILED_ROUNDS:
             state["pending"].remove(target)

@@ -70,6 +70,9 @@ def test_a_target_no_peer_can_serve_is_given_up_for_the_hub():
                      "bad_sources": {}}}
     state = seed.after_copies(state, copies, {"r2": ["r1"]})
     assert state["pending"] == [] and "Connection refused" in state["no_peer"]["r2"]
+    refused = {"r2": {"verified": False, "bad_sources": {},
+                      "attempts": [attempt("r1", "failed", "rsync exited 12: Permission denied (publickey)", 12)]}}
+    assert seed.after_copies(seed.new_state(["r1"], ["r2"]), refused, {"r2": ["r1"]})["pending"] == []
 
 
 def test_a_source_whose_copy_lacks_files_is_suspected_and_a_failed_task_is_a_failed_round():
@@ -93,8 +96,8 @@ def test_ssh_failing_after_bytes_came_is_a_dead_peer_not_an_unreachable_one():
 
 def test_a_source_that_died_mid_copy_is_tried_again_next_round_up_to_a_limit():
     state = seed.new_state(["r1"], ["r2"])
-    died = {"r2": {"verified": False, "attempts": [attempt("r1", "failed", "rsync exited 12: connection closed", 12)],
-                   "bad_sources": {}}}
+    died = {"r2": {"verified": False, "bad_sources": {},
+                   "attempts": [dict(attempt("r1", "failed", "rsync exited 12: connection closed", 12), bytes=500_000)]}}
     for round_number in range(1, seed.MAX_FAILED_ROUNDS):
         state = seed.after_copies(state, died, {"r2": ["r1"]})
         assert state["pending"] == ["r2"] and state["failed_rounds"]["r2"] == round_number
