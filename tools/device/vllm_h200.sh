@@ -12,6 +12,12 @@
 #                sleep: the catalog entry's sleep profile (--enable-sleep-mode)
 #   bench        /metrics, vllm_bench.yml (roles/benchmark), /metrics, one raw `vllm bench serve` result
 #   stop-LABEL   unit_runner.py stop, timed
+#   Issue 45's start facts (the label picks the environment laid over h200-vars.yml, see label_env):
+#   serve-icacheN  Inductor's and Triton's caches in the service's cache directory instead of the private /tmp
+#   serve-forkN    the same, and VLLM_WORKER_MULTIPROC_METHOD=fork (the CLI sets spawn when it is unset)
+#   launch-LABEL   the ExecStart behind roles/service_deploy/files/vllm-launch.py: imports and prefetch, armed, go,
+#                  served (launchfork*: fork; launchinproc*: VLLM_ENABLE_V1_MULTIPROCESSING=0, the engine in-process)
+#   dropcaches     the page cache dropped (the next start reads the weights from disk, unless prefetched)
 #   sleepwake    tools/device/sleep_wake.py: 3 cycles of /sleep?level=1, /wake_up, first request
 #   pack         /root/h200 (results, logs, unit state) to $OUT/h200-vllm.tgz
 # The first failing phase ends the list, except that pack still runs when named.
@@ -100,17 +106,29 @@ install() {
   playbook "$repo/tools/device/vllm_verify.yml" -e model_dir=$MODEL_DIR
 }
 
+# label_env LABEL: the JSON object of variables laid over h200_environment for that start.
+label_env() {
+  local jit='"TORCHINDUCTOR_CACHE_DIR": "/var/cache/llmfleet-vllm/torchinductor", "TRITON_CACHE_DIR": "/var/cache/llmfleet-vllm/triton"'
+  case $1 in
+    icache*) echo "{$jit}" ;;
+    fork*|launchfork*) echo "{$jit, \"VLLM_WORKER_MULTIPROC_METHOD\": \"fork\"}" ;;
+    launchinproc*) echo "{$jit, \"VLLM_ENABLE_V1_MULTIPROCESSING\": \"0\"}" ;;
+    *) echo "{}" ;;
+  esac
+}
+
 serve() {
-  local label=$1 profile=""
+  local label=$1 profile="" launch=${2:-}
   [ "$label" = sleep ] && profile=sleep
   if [ "$label" = cold ]; then
     rm -rf /var/cache/llmfleet-vllm
     sync; echo 3 > /proc/sys/vm/drop_caches || echo "could not drop the page cache"
   fi
   rm -rf "/tmp/torchinductor_$user"  # the unit has PrivateTmp=true: every start sees an empty /tmp
-  playbook "$repo/tools/device/vllm_serve.yml" -e label="$label" -e profile="$profile" -e service_user="$user"
+  playbook "$repo/tools/device/vllm_serve.yml" -e label="$label" -e profile="$profile" -e service_user="$user" \
+    -e "{\"extra_env\": $(label_env "$label")}" ${launch:+-e launch_dir=/var/cache/llmfleet-vllm/launch-$label}
   local rc=$?
-  grep -E "time_to_ready_s|ActiveState" $RES/ready-$label.json 2>/dev/null
+  grep -E "time_to_ready_s|ready_at|go_at|ActiveState|import_s|prefetch_s|cuda_initialised" $RES/ready-$label.json 2>/dev/null
   return $rc
 }
 
@@ -147,6 +165,8 @@ h200_phase() {
     carry[0-9]*) carry "${phase#carry}" ;;
     install) install ;;
     serve-*) serve "${phase#serve-}" ;;
+    launch-*) serve "${phase#launch-}" launch ;;
+    dropcaches) sync; echo 3 > /proc/sys/vm/drop_caches ;;
     bench) bench ;;
     stop-*) stop_unit "${phase#stop-}" ;;
     sleepwake) $py "$repo/tools/device/sleep_wake.py" $URL $MODEL $RES/sleep-wake.json --cycles 3 ;;
