@@ -18,6 +18,10 @@
 #   launch-LABEL   the ExecStart behind roles/service_deploy/files/vllm-launch.py: imports and prefetch, armed, go,
 #                  served (launchfork*: fork; launchinproc*: VLLM_ENABLE_V1_MULTIPROCESSING=0, the engine in-process)
 #   dropcaches     the page cache dropped (the next start reads the weights from disk, unless prefetched)
+#   reseed         the JIT caches (vllm, torchinductor, triton) packed, the whole cache directory removed, the pack
+#                  restored: a host that never compiled, given another host's caches; sizes in jit-cache-sizes.txt
+#   qbench-LABEL   vllm bench serve at C = 1 (16 prompts) and C = 256 (1024 prompts), 128 in / 128 out
+#   A label holding "eager" serves the catalog's eager profile (--enforce-eager).
 #   sleepwake    tools/device/sleep_wake.py: 3 cycles of /sleep?level=1, /wake_up, first request
 #   pack         /root/h200 (results, logs, unit state) to $OUT/h200-vllm.tgz
 # The first failing phase ends the list, except that pack still runs when named.
@@ -113,6 +117,7 @@ label_env() {
     icache*) echo "{$jit}" ;;
     fork*|launchfork*) echo "{$jit, \"VLLM_WORKER_MULTIPROC_METHOD\": \"fork\"}" ;;
     launchinproc*) echo "{$jit, \"VLLM_ENABLE_V1_MULTIPROCESSING\": \"0\"}" ;;
+    plainfork*) echo '{"VLLM_WORKER_MULTIPROC_METHOD": "fork"}' ;;
     *) echo "{}" ;;
   esac
 }
@@ -120,6 +125,7 @@ label_env() {
 serve() {
   local label=$1 profile="" launch=${2:-}
   [ "$label" = sleep ] && profile=sleep
+  case $label in *eager*) profile=eager ;; *fewgraphs*) profile=fewgraphs ;; esac
   if [ "$label" = cold ]; then
     rm -rf /var/cache/llmfleet-vllm
     sync; echo 3 > /proc/sys/vm/drop_caches || echo "could not drop the page cache"
@@ -147,6 +153,24 @@ bench() {
   fetch $URL/metrics > $RES/metrics-after-raw-bench.txt
 }
 
+reseed() {
+  local c=/var/cache/llmfleet-vllm
+  (cd $c && du -sb vllm torchinductor triton) | tee $RES/jit-cache-sizes.txt
+  tar -C $c -cf /root/jit.tar vllm torchinductor triton && rm -rf $c && mkdir -p $c && tar -C $c -xf /root/jit.tar \
+    && chown -R "$user:$user" $c && ls -la $c
+}
+
+qbench() {
+  local c n
+  for c in 1 256; do
+    n=$((c == 1 ? 16 : 1024))
+    (cd /tmp && "$venv/bin/vllm" bench serve --backend vllm --base-url $URL --endpoint /v1/completions --model $MODEL_DIR \
+      --served-model-name $MODEL --dataset-name random --random-input-len 128 --random-output-len 128 --ignore-eos \
+      --max-concurrency $c --num-prompts $n --save-result --result-dir $RES --result-filename "qbench-$1-c$c.json") 2>&1 \
+      | grep -E "Output token throughput|Median TTFT|Median TPOT|Successful"
+  done
+}
+
 stop_unit() {
   $py "$repo/tools/device/unit_runner.py" stop $UNIT | tee "$RES/stop-$1.json"
 }
@@ -167,6 +191,8 @@ h200_phase() {
     serve-*) serve "${phase#serve-}" ;;
     launch-*) serve "${phase#launch-}" launch ;;
     dropcaches) sync; echo 3 > /proc/sys/vm/drop_caches ;;
+    reseed) reseed ;;
+    qbench-*) qbench "${phase#qbench-}" ;;
     bench) bench ;;
     stop-*) stop_unit "${phase#stop-}" ;;
     sleepwake) $py "$repo/tools/device/sleep_wake.py" $URL $MODEL $RES/sleep-wake.json --cycles 3 ;;

@@ -30,12 +30,6 @@ PRELOAD = (
     "vllm.entrypoints.openai.api_server",
     "vllm.v1.engine.async_llm",
     "vllm.v1.engine.core",
-    "vllm.v1.executor.abstract",
-    "vllm.v1.worker.gpu_worker",
-    "vllm.v1.worker.gpu_model_runner",
-    "vllm.v1.worker.cpu_worker",
-    "vllm.model_executor.model_loader",
-    "vllm.model_executor.models.llama",
 )
 READ_CHUNK = 16 * 1024 * 1024
 POLL_S = 0.02
