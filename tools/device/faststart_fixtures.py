@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Recordings of issue 45's start facts from the archive tools/device/vllm_h200.sh `pack` writes:
 
