@@ -8,7 +8,7 @@ COLL_LINK := .ansible/collections/ansible_collections/llmfleet/vllm
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv lock lint sanity unit integration molecule test demo testbed build clean bench bench-smoke
+.PHONY: help venv lock lint sanity unit check integration molecule test demo testbed build clean bench bench-smoke
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -40,6 +40,8 @@ sanity: venv ## ansible-test sanity from an ansible_collections/llmfleet/vllm co
 
 unit: venv ## unit tests (pytest)
 	$(BIN)/pytest -q tests/unit
+
+check: lint sanity unit ## the fast loop for contributors: lint, sanity and unit tests (a few minutes, no test host)
 
 integration: venv ## module and playbook integration tests on real files, processes, servers and systemd hosts
 	$(BIN)/pytest -q tests/integration

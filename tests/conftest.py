@@ -14,3 +14,22 @@ os.environ.setdefault("ANSIBLE_CONFIG", os.path.join(REPO_ROOT, "ansible.cfg"))
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
+
+
+# Per-module wall time (setup, call and teardown of every test in it), printed after pytest's own summary so that a
+# module's growth shows in every CI log (docs/testbed.md, "Where the time goes").
+_MODULE_SECONDS = {}
+
+
+def pytest_runtest_logreport(report):
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _MODULE_SECONDS:
+        return
+    total = sum(_MODULE_SECONDS.values()) or 1.0
+    terminalreporter.write_sep("=", "seconds per test module")
+    for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line("%8.1f s  %5.1f %%  %s" % (seconds, 100.0 * seconds / total, module))
