@@ -7,7 +7,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 testbed=$repo/tools/testbed/testbed.sh
 CACHE=${TESTBED_CACHE:-/var/cache/llmfleet-testbed}
 port=${VLLM_IMAGE_BUILD_PORT:-2299}
-key=$(cd "$repo" && find roles/vllm_install tools/testbed/vllm-image.yml inventory/testbed/group_vars/all/testbed.yml -type f -print0 \
+key=$(cd "$repo" && find roles/vllm_install roles/model_fetch/tasks/hub_client.yml roles/model_fetch/defaults tools/testbed/vllm-image.yml inventory/testbed/group_vars/all/testbed.yml -type f -print0 \
       | sort -z | xargs -0 sha256sum | cat - <("$testbed" base-key) | sha256sum | cut -c1-12)
 image=vllm-cpu-$key
 mkdir -p "$CACHE"
