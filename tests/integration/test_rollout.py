@@ -36,6 +36,7 @@ import urllib.request
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.peer_seeding import authorized_key_line
+from testbed_machines import up_machines
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tools", "traffic"))
@@ -150,10 +151,8 @@ def fleet(tmp_path_factory, image):
 
     subprocess.run([HUB, "start", HUB_PORT], check=True)
     try:
-        for host, (ssh_port, _port) in HOSTS.items():
-            subprocess.run([TESTBED, "up", host, ssh_port, image], check=True, capture_output=True)
-        subprocess.run([TESTBED, "up", GATEWAY, GATEWAY_SSH_PORT], check=True, capture_output=True)
-        subprocess.run([TESTBED, "up", STAGER, STAGER_SSH_PORT], check=True, capture_output=True)
+        up_machines([(host, ssh_port, image) for host, (ssh_port, _port) in HOSTS.items()]
+                    + [(GATEWAY, GATEWAY_SSH_PORT), (STAGER, STAGER_SSH_PORT)])
         yield Fleet()
     finally:
         print(f"\nrollout timings (s): {TIMINGS}; logs and reports under {results}")
@@ -520,8 +519,7 @@ def ray_cluster(tmp_path_factory, image):
                               capture_output=True, text=True, env=env, cwd=REPO, check=False)
 
     try:
-        for host, port in RAY_HOSTS.items():
-            subprocess.run([TESTBED, "up", host, port, image], check=True, capture_output=True)
+        up_machines([(host, port, image) for host, port in RAY_HOSTS.items()])
         yield run
     finally:
         for host in RAY_HOSTS:
