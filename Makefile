@@ -38,8 +38,9 @@ lint: venv ## yamllint and ansible-lint (production profile)
 sanity: venv ## ansible-test sanity from an ansible_collections/llmfleet/vllm copy
 	tools/sanity.sh build/sanity --requirements
 
-unit: venv ## unit tests (pytest)
-	$(BIN)/pytest -q tests/unit
+PYTEST_UNIT_OPTS ?=
+unit: venv ## unit tests (pytest; PYTEST_UNIT_OPTS="-n 2": two workers)
+	$(BIN)/pytest -q $(PYTEST_UNIT_OPTS) tests/unit
 
 check: lint sanity unit ## the fast loop for contributors: lint, sanity and unit tests (a few minutes, no test host)
 

@@ -21,9 +21,18 @@ stop_images() { kill -- "-$images" 2>/dev/null; wait "$images" 2>/dev/null; }
 # Its own session does not get the terminal's Ctrl-C or CI's TERM: pass them on.
 trap 'stop_images; exit 130' INT TERM
 
-step "lint"; make -s lint || { stop_images; exit 1; }
-step "sanity"; make -s sanity || { stop_images; exit 1; }
-step "unit"; make -s unit || { stop_images; exit 1; }
+# lint and sanity are each mostly one process's work: side by side they take about the time of the longer one.
+step "lint and sanity, side by side (logs: tests/output/logs/lint.log, sanity.log)"
+make -s lint >"$logs/lint.log" 2>&1 & lint=$!
+make -s sanity >"$logs/sanity.log" 2>&1; sanity_rc=$?
+wait $lint; lint_rc=$?
+for check in lint sanity; do
+  rc_var=${check}_rc
+  if ((${!rc_var} != 0)); then tail -60 "$logs/$check.log"; echo "$check failed"; fi
+done
+grep -hE "^(Passed|Failed):|^FATAL|^ERROR" "$logs/lint.log" "$logs/sanity.log" | head -20
+((lint_rc == 0 && sanity_rc == 0)) || { stop_images; exit 1; }
+step "unit (two workers)"; make -s unit PYTEST_UNIT_OPTS="-n 2" || { stop_images; exit 1; }
 step "bench smoke"; make -s bench-smoke >"$logs/bench-smoke.log" 2>&1 || { tail -40 "$logs/bench-smoke.log"; stop_images; exit 1; }
 
 step "test-bed images: waiting for them"
