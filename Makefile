@@ -47,7 +47,7 @@ check: lint sanity unit ## the fast loop for contributors: lint, sanity and unit
 integration: venv ## module and playbook integration tests on real files, processes, servers and systemd hosts
 	$(BIN)/pytest -q tests/integration
 
-MOLECULE_SCENARIOS ?= $(shell ls molecule | grep -v "^_")
+MOLECULE_SCENARIOS ?= $(shell ls molecule | grep -v -e "^_" -e "^default$$")
 molecule: venv ## every molecule scenario (converge, idempotence, verify) on nspawn systemd hosts (MOLECULE_SCENARIOS="a b": those)
 	rc=0; for s in $(MOLECULE_SCENARIOS); do \
 	  echo "=== molecule scenario $$s ($$(date -u +%T))"; $(BIN)/molecule test -s $$s || rc=1; done; exit $$rc

@@ -61,7 +61,7 @@ pytest_opts=(-v --durations=40)
 # fleet rollout modules (the longest ones). Every module and scenario has hosts and ports of its own, and the two
 # molecule parts never overlap (one begins the second stream, the other ends the first).
 first_scenarios="benchmark model_fetch"
-other_scenarios=$(ls molecule | grep -v "^_" | grep -vxF -e benchmark -e model_fetch | tr '\n' ' ')
+other_scenarios=$(ls molecule | grep -v "^_" | grep -vxF -e benchmark -e model_fetch -e default | tr '\n' ' ')
 { bounded pytest "${pytest_opts[@]}" tests/integration --ignore=tests/integration/test_rollout.py --ignore=tests/integration/test_gateway.py \
     >"$logs/integration.log" 2>&1; integration_rc=$(($? != 0))
   bounded make -s molecule MOLECULE_SCENARIOS="$first_scenarios" >"$logs/molecule-2.log" 2>&1; molecule_rc=$(($? != 0))
