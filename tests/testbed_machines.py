@@ -14,7 +14,7 @@ def up_machines(machines: list[tuple[str, ...]]) -> None:
                                              stderr=subprocess.STDOUT, text=True)) for machine in machines]
     failed = []
     for name, process in started:
-        output, _ = process.communicate()
+        output = process.communicate()[0]
         if process.returncode != 0:
             failed.append(f"{name} (rc {process.returncode}):\n{output[-2000:]}")
     if failed:

@@ -33,7 +33,7 @@ options:
     description:
       - File that remembers the command lines this vLLM installation accepted (keyed by the interpreter, the
         installed vLLM distribution's version and location, and the command lines with the values of C(--port) and
-        C(--host) left out: the parser only types them, and the collection checks them itself). A command line
+        C(--host) left out, since the parser only types them and the collection checks them itself). A command line
         accepted before is not parsed again (importing vLLM takes 10-25 s on a small host); anything else is. Empty
         disables it.
     type: path

@@ -63,8 +63,8 @@ def test_every_entry_and_profile_parses_with_the_real_vllm(vllm_server, machine_
     rc, changed = check(machine_inventory, vllm_server.machine, {first: commands[first] + ["--max-num-seqs", "7"]}, tmp_path)
     assert rc == 0 and changed["cached"] is False
     # Another port or address is the same command line to the parser (a blue/green pivot's standby port): not parsed again.
-    moved = {first: [{"127.0.0.1": "0.0.0.0"}.get(a, a) for a in commands[first]][:4] + ["9999"] + commands[first][5:]
-                    + ["--max-num-seqs", "7"]}
+    moved_argv = [{"127.0.0.1": "0.0.0.0"}.get(a, a) for a in commands[first]][:4] + ["9999"] + commands[first][5:]
+    moved = {first: moved_argv + ["--max-num-seqs", "7"]}
     assert moved[first][3:5] == ["--port", "9999"] and moved[first][2] == "0.0.0.0"
     rc, elsewhere = check(machine_inventory, vllm_server.machine, moved, tmp_path)
     assert rc == 0 and elsewhere["cached"] is True
