@@ -30,6 +30,10 @@ def pytest_terminal_summary(terminalreporter):
     if not _MODULE_SECONDS:
         return
     total = sum(_MODULE_SECONDS.values()) or 1.0
-    terminalreporter.write_sep("=", "seconds per test module")
-    for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1]):
+    ranked = sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])
+    terminalreporter.write_sep("=", "seconds per test module (%.1f s in all)" % total)
+    for module, seconds in ranked[:25]:
         terminalreporter.write_line("%8.1f s  %5.1f %%  %s" % (seconds, 100.0 * seconds / total, module))
+    if len(ranked) > 25:
+        rest = sum(seconds for _, seconds in ranked[25:])
+        terminalreporter.write_line("%8.1f s  %5.1f %%  the other %d modules" % (rest, 100.0 * rest / total, len(ranked) - 25))
