@@ -21,6 +21,7 @@ __metaclass__ = type
 import calendar
 import json
 import re
+import time
 
 LAUNCH_PREFIX = "llmfleet-launch: "
 _STAMP = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
@@ -110,8 +111,6 @@ def start_phases(lines, started_at, ready_at=None):
 
 
 def _year_of(epoch):
-    import time  # pylint: disable=import-outside-toplevel
-
     return time.gmtime(float(epoch)).tm_year
 
 
