@@ -35,5 +35,5 @@ def pytest_terminal_summary(terminalreporter):
     for module, seconds in ranked[:25]:
         terminalreporter.write_line("%8.1f s  %5.1f %%  %s" % (seconds, 100.0 * seconds / total, module))
     if len(ranked) > 25:
-        rest = sum(seconds for _, seconds in ranked[25:])
+        rest = sum(seconds for module, seconds in ranked[25:])
         terminalreporter.write_line("%8.1f s  %5.1f %%  the other %d modules" % (rest, 100.0 * rest / total, len(ranked) - 25))
