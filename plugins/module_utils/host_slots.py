@@ -71,6 +71,26 @@ def state_paths(state_dir=None):
             'records_dir': os.path.join(state_dir, RECORDS_DIR)}
 
 
+# The second unit of a model: a fast start arms a new revision of the model a slot serves in it, beside the old one.
+ALT_UNIT_VARIANT = 'alt'
+
+
+def planned_unit(model, current, strategy, fast_start):
+    """The unit a pivot to ``model`` starts: the slot's own when it serves it already, the sleeping model's when it
+    wakes; with fast start, a stop-then-start to another revision of the model the slot serves takes the model's other
+    unit (vllm-<model>.service <-> vllm-<model>-alt.service), so the new one can be armed while the old one serves;
+    else vllm-<model>.service."""
+    plain = unit_name(model)
+    current_unit = (current or {}).get('unit')
+    if strategy == 'none' and current_unit:
+        return current_unit
+    if strategy == 'wake':
+        return (asleep_of(current) or {}).get('unit') or plain
+    if fast_start and strategy == 'stop_start' and current_unit == plain:
+        return unit_name(model, ALT_UNIT_VARIANT)
+    return plain
+
+
 def unit_name(model, variant=None):
     """The systemd unit that serves ``model`` (the one place this name is spelt): vllm-<model>.service, or
     vllm-<model>-<variant>.service for another way of serving it (the Ray cluster's: variant ``ray``)."""
@@ -460,7 +480,8 @@ def intent_record(record, target, strategy, owner=None, now=None):
     profile)."""
     committed = {k: v for k, v in (record or {}).items() if k != INTENT_KEY}
     return {'phase': INTENT_SWITCHING, 'strategy': strategy, 'since': now, 'owner': owner,
-            'from': committed if committed.get('model') else None, 'to': dict(target, unit=unit_name(target['model']))}
+            'from': committed if committed.get('model') else None,
+            'to': dict(target, unit=target.get('unit') or unit_name(target['model']))}
 
 
 def heal_changes_slot_port(record, intent):

@@ -158,6 +158,18 @@ options:
   keep_previous_s:
     description: Seconds the sleeping previous model is kept (V(set) with O(asleep=previous)), recorded as its C(until).
     type: int
+  fast_start:
+    description:
+      - V(plan) - the new model starts behind the fast start launcher, armed while the old one serves. A stop-then-start
+        to another revision of the model the slot serves then takes the model's other unit (C(vllm-<model>.service) and
+        C(vllm-<model>-alt.service) take turns), returned as RV(unit).
+    type: bool
+    default: false
+  unit:
+    description:
+      - V(set), V(intend) - the unit that serves (or will serve) the model, as V(plan) returned it; default
+        C(vllm-<model>.service).
+    type: str
   since:
     description: When the slot's model began to serve, seconds since the epoch (V(set)).
     type: float
@@ -402,7 +414,8 @@ def _plan(module, slots, result):
     if gpu_ids is None:
         gpu_ids = hs.assign_gpus(p['slot'], p['gpus_needed'], p['gpu_facts'], slots, requested=p['gpu_ids'],
                                  memory_fraction=p['gpu_memory_utilization'], variable=prefix + 'gpu_ids')
-    result.update(gpu_ids=gpu_ids, port=port, standby_port=standby, alias=alias, unit=hs.unit_name(p['model']),
+    result.update(gpu_ids=gpu_ids, port=port, standby_port=standby, alias=alias,
+                  unit=hs.planned_unit(p['model'], current, strategy, p['fast_start']),
                   model_dir=model_dir, serving_same=serving_same, strategy=strategy, strategy_reason=why,
                   shared_gpu_ids=hs.shared_gpus(p['slot'], slots, gpu_ids) if strategy == 'blue_green' else [],
                   gateway_slots_before=hs.gateway_slots_before(slots, p['slot'], alias, p['model'], strategy, port,
@@ -453,7 +466,8 @@ def _set_record(p, current, gateway):
     """The slot's record once its model serves; a pivot intent is removed, or kept as committed (commit_intent)."""
     record = {
         'name': p['slot'], 'model': p['model'], 'profile': p['profile'], 'revision': p['revision'] or None,
-        'model_dir': p['model_dir'], 'gpu_ids': p['gpu_ids'], 'port': p['port'], 'unit': hs.unit_name(p['model']),
+        'model_dir': p['model_dir'], 'gpu_ids': p['gpu_ids'], 'port': p['port'],
+        'unit': p['unit'] or hs.unit_name(p['model']),
         'since': p['since'] if p['since'] is not None else round(time.time(), 3), 'previous': p['previous'],
         'alias': p['alias'] or (current or {}).get('alias') or p['slot'],
         'standby_port': p['standby_port'] or (current or {}).get('standby_port'), 'gateway': gateway}
@@ -513,6 +527,8 @@ def main():
             sleep_mode=dict(type='bool'),
             asleep=dict(type='str', default='keep', choices=['keep', 'previous', 'none']),
             keep_previous_s=dict(type='int'),
+            fast_start=dict(type='bool', default=False),
+            unit=dict(type='str'),
         ),
         required_if=[('action', 'set', ('model', 'model_dir', 'port')),
                      ('action', 'intend', ('model', 'model_dir', 'port', 'strategy'))],
@@ -551,6 +567,8 @@ def main():
         after.pop(p['slot'], None)
     elif p['action'] == 'intend':
         target = {k: p[k] for k in ('model', 'profile', 'model_dir', 'port', 'standby_port', 'gpu_ids')}
+        if p['unit']:
+            target['unit'] = p['unit']
         target.update(revision=p['revision'] or None, alias=p['alias'], gateway=gateway)
         after[p['slot']] = dict(current or {'name': p['slot']}, **{hs.INTENT_KEY: hs.intent_record(
             current, target, p['strategy'], owner=p['owner'], now=round(time.time(), 3))})

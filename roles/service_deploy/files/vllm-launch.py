@@ -3,14 +3,18 @@
 
 Runs as a unit's ExecStart in place of `vllm serve ...`, with the venv's Python:
 
-    python3 vllm-launch.py --run-dir DIR [--prefetch PATH]... [--prefetch-max-bytes N] [--wait-s S] -- VLLM_ARGV...
+    python3 vllm-launch.py --run-dir DIR [--hold-file PATH] [--prefetch PATH]... [--prefetch-max-bytes N]
+                           [--prefetch-ram-fraction F] [--wait-s S] -- VLLM_ARGV...
 
 1. imports vLLM's server, engine and worker modules; CUDA stays uninitialised, so vLLM can still fork its engine
    process, which then inherits the imports instead of repeating them;
-2. reads the files under each --prefetch path once, so the weights are in the page cache (skipped, and said,
-   when they exceed --prefetch-max-bytes);
-3. writes DIR/armed (JSON: what each step took) and waits until DIR/go exists (--wait-s: give up after S s);
-4. runs VLLM_ARGV (its first word, the `vllm` program, is replaced by this process) with the modules loaded.
+2. when the start is held (--hold-file exists when the launcher starts, or no --hold-file is given: the go file
+   alone releases it), reads the files under each --prefetch path once, so the weights are in the page cache
+   (skipped, and said, when they exceed --prefetch-max-bytes or the fraction F of MemAvailable), writes DIR/armed
+   (JSON: what each step took) and waits until the hold file is gone or DIR/go exists (--wait-s: give up after S s
+   with exit status 3); a start that is not held (a boot, a restart, a plain deploy) goes on at once;
+3. writes DIR/went (JSON: CLOCK_MONOTONIC and epoch seconds of the go, the origin of the start's time to ready)
+   and runs VLLM_ARGV (its first word, the `vllm` program, is replaced by this process) with the modules loaded.
 
 Every step is logged on stderr as one `llmfleet-launch: ` line with a JSON object, for the start's phases.
 """
@@ -32,6 +36,10 @@ PRELOAD = (
 )
 READ_CHUNK = 16 * 1024 * 1024
 POLL_S = 0.02
+GAVE_UP = 3
+OPTIONS = {"--run-dir": "run_dir", "--hold-file": "hold_file", "--prefetch": "prefetch",
+           "--prefetch-max-bytes": "prefetch_max_bytes", "--prefetch-ram-fraction": "prefetch_ram_fraction",
+           "--wait-s": "wait_s"}
 
 
 def log(event, **fields):
@@ -47,21 +55,22 @@ def parse_args(argv):
     own, vllm_argv = argv[:split], argv[split + 1:]
     if len(vllm_argv) < 2:
         raise SystemExit("vllm-launch.py: nothing to run after --")
-    opts = {"run_dir": None, "prefetch": [], "prefetch_max_bytes": 0, "wait_s": 0.0}
+    opts = {"run_dir": None, "hold_file": None, "prefetch": [], "prefetch_max_bytes": 0,
+            "prefetch_ram_fraction": 0.0, "wait_s": 0.0}
     i = 0
     while i < len(own):
         key = own[i]
-        if key not in ("--run-dir", "--prefetch", "--prefetch-max-bytes", "--wait-s") or i + 1 >= len(own):
+        if key not in OPTIONS or i + 1 >= len(own):
             raise SystemExit("vllm-launch.py: unknown or incomplete option %r" % key)
-        value = own[i + 1]
-        if key == "--run-dir":
-            opts["run_dir"] = value
-        elif key == "--prefetch":
-            opts["prefetch"].append(value)
-        elif key == "--prefetch-max-bytes":
-            opts["prefetch_max_bytes"] = int(value)
+        name, value = OPTIONS[key], own[i + 1]
+        if name == "prefetch":
+            opts[name].append(value)
+        elif name == "prefetch_max_bytes":
+            opts[name] = int(value)
+        elif name in ("prefetch_ram_fraction", "wait_s"):
+            opts[name] = float(value)
         else:
-            opts["wait_s"] = float(value)
+            opts[name] = value
         i += 2
     if not opts["run_dir"]:
         raise SystemExit("vllm-launch.py: --run-dir is required")
@@ -93,12 +102,33 @@ def files_under(paths):
     return found
 
 
+def mem_available_bytes(meminfo="/proc/meminfo"):
+    try:
+        with open(meminfo) as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def prefetch_budget(max_bytes, ram_fraction, available):
+    """The bytes a prefetch may read: the smaller of max_bytes and ram_fraction x MemAvailable (0/None: no limit)."""
+    limits = [max_bytes] if max_bytes else []
+    if ram_fraction and available is not None:
+        limits.append(int(ram_fraction * available))
+    return min(limits) if limits else 0
+
+
 def prefetch(paths, max_bytes):
-    """Read every file once (page cache); none at all when they add up to more than max_bytes (0: no limit)."""
+    """Read every file once (page cache); none at all when they add up to more than max_bytes (0: no limit): the old
+    model still serves from this host's RAM while the new one's weights are read."""
     files = files_under(paths)
     total = sum(os.path.getsize(f) for f in files)
     if max_bytes and total > max_bytes:
-        return {"prefetch_bytes": 0, "prefetch_s": 0.0, "prefetch_skipped": "%d bytes over the %d allowed" % (total, max_bytes)}
+        return {"prefetch_bytes": 0, "prefetch_s": 0.0, "prefetch_files": len(files),
+                "prefetch_skipped": "%d bytes over the %d allowed" % (total, max_bytes)}
     started = time.monotonic()
     buf = bytearray(READ_CHUNK)
     done = 0
@@ -125,9 +155,13 @@ def write_json(path, data):
     os.replace(tmp, path)
 
 
-def wait_for_go(go_path, wait_s):
+def released(go_path, hold_file):
+    return os.path.exists(go_path) or bool(hold_file and not os.path.exists(hold_file))
+
+
+def wait_for_go(go_path, hold_file, wait_s):
     started = time.monotonic()
-    while not os.path.exists(go_path):
+    while not released(go_path, hold_file):
         if wait_s and time.monotonic() - started > wait_s:
             return None
         time.sleep(POLL_S)
@@ -141,24 +175,35 @@ def run_vllm(vllm_argv):
     return vllm_main()
 
 
-def main(argv):
-    opts, vllm_argv = parse_args(argv)
-    os.makedirs(opts["run_dir"], exist_ok=True)
-    armed = {"pid": os.getpid(), "started_at": round(time.time(), 3)}
-    armed.update(preload())
-    log("imported", **armed)
+def arm_and_wait(opts, armed):
+    """The held start: the weights into the page cache, DIR/armed written, then the wait for the go. None: gave up."""
     if opts["prefetch"]:
-        fetched = prefetch(opts["prefetch"], opts["prefetch_max_bytes"])
+        budget = prefetch_budget(opts["prefetch_max_bytes"], opts["prefetch_ram_fraction"], mem_available_bytes())
+        fetched = prefetch(opts["prefetch"], budget)
         armed.update(fetched)
         log("prefetched", **fetched)
     armed["armed_at"] = round(time.time(), 3)
     write_json(os.path.join(opts["run_dir"], "armed"), armed)
     log("armed", run_dir=opts["run_dir"])
-    waited = wait_for_go(os.path.join(opts["run_dir"], "go"), opts["wait_s"])
+    return wait_for_go(os.path.join(opts["run_dir"], "go"), opts["hold_file"], opts["wait_s"])
+
+
+def main(argv):
+    opts, vllm_argv = parse_args(argv)
+    os.makedirs(opts["run_dir"], exist_ok=True)
+    # Held: asked for before this process started (the hold file exists), or no hold file at all (the go file only).
+    held = not opts["hold_file"] or os.path.exists(opts["hold_file"])
+    armed = {"pid": os.getpid(), "started_at": round(time.time(), 3), "held": held}
+    armed.update(preload())
+    log("imported", **armed)
+    waited = arm_and_wait(opts, armed) if held else 0.0
     if waited is None:
         log("gave_up", wait_s=opts["wait_s"])
-        return 3
-    log("go", waited_s=waited, multiproc_method=os.environ.get("VLLM_WORKER_MULTIPROC_METHOD", ""))
+        return GAVE_UP
+    went = {"monotonic_s": round(time.clock_gettime(time.CLOCK_MONOTONIC), 3), "at": round(time.time(), 3),
+            "held": held, "waited_s": waited}
+    write_json(os.path.join(opts["run_dir"], "went"), went)
+    log("go", waited_s=waited, held=held, multiproc_method=os.environ.get("VLLM_WORKER_MULTIPROC_METHOD", ""))
     return run_vllm(vllm_argv)
 
 

@@ -178,10 +178,11 @@ def test_systemd_analyze_verify_accepts_every_unit(systemd_analyze, rendered, tm
     root = tmp_path / 'root'
     shutil.copytree(rendered['root'], root)
     shutil.copytree('/usr/lib/systemd/system', root / 'usr/lib/systemd/system', symlinks=True)
-    stub = root / 'opt/vllm/bin/vllm'
-    stub.parent.mkdir(parents=True)
-    stub.write_text('#!/bin/sh\n')
-    stub.chmod(0o755)
+    for path in ('opt/vllm/bin/vllm', 'opt/vllm/bin/python3', 'bin/rm'):  # ExecStart= (fast start: python3), ExecStopPost=
+        stub = root / path
+        stub.parent.mkdir(parents=True, exist_ok=True)
+        stub.write_text('#!/bin/sh\n')
+        stub.chmod(0o755)
     for model in MODELS:
         out = subprocess.run([systemd_analyze, 'verify', '--man=no', '--root=%s' % root,
                               '/etc/systemd/system/vllm-%s.service' % model], capture_output=True, text=True, check=False)
@@ -192,10 +193,10 @@ def test_systemd_analyze_verify_catches_a_broken_unit(systemd_analyze, rendered,
     root = tmp_path / 'root'
     shutil.copytree(rendered['root'], root)
     shutil.copytree('/usr/lib/systemd/system', root / 'usr/lib/systemd/system', symlinks=True)
-    # no stub vLLM binary this time
+    # no stub of the venv's python3 (the fast start launcher's interpreter) this time
     out = subprocess.run([systemd_analyze, 'verify', '--man=no', '--root=%s' % root,
                           '/etc/systemd/system/vllm-minimax-m25.service'], capture_output=True, text=True, check=False)
-    assert out.returncode != 0 and 'Command /opt/vllm/bin/vllm is not executable' in out.stderr
+    assert out.returncode != 0 and 'Command /opt/vllm/bin/python3 is not executable' in out.stderr
 
 
 @pytest.mark.parametrize('model', MODELS)
@@ -266,6 +267,9 @@ BAD_CASES = [
     ({'service_deploy_gpu_facts': {'gpu_count': 2, 'gpu_memory_mib': 97887, 'nvlink': False}},
      'minimax-m25: needs 4 GPUs (TP 4 x PP 1 x DP 1), host has 2'),
     ({'service_deploy_state': 'running'}, 'service_deploy_state'),
+    ({'service_deploy_unit': '../vllm-x.service'}, 'service_deploy_unit "../vllm-x.service" must be empty or NAME.service'),
+    ({'service_deploy_fast_start_hold_s': 0}, 'service_deploy_fast_start_hold_s 0 a whole number of seconds above 0'),
+    ({'service_deploy_fast_start_prefetch_ram_fraction': 1.5}, 'service_deploy_fast_start_prefetch_ram_fraction 1.5 in 0..1'),
     # A caller's entry (the pivot passes the one it looked up) must be the model's.
     ({'service_deploy_entry': _entry('kimi-k25-int4')},
      'service_deploy_entry is the catalog entry of kimi-k25-int4, not of service_deploy_model minimax-m25'),
@@ -319,3 +323,45 @@ def test_an_entry_given_by_the_caller_renders_what_the_lookup_does(bad_runs):
     unit = 'etc/systemd/system/vllm-minimax-m25.service'
     assert report['stats']['given']['failed'] == 0
     assert (tmp / 'root-given' / unit).read_bytes() == (tmp / 'root-good' / unit).read_bytes()
+
+
+def test_fast_start_runs_vllm_behind_the_launcher_with_fork_and_false_restores_vllm_serve(systemd_analyze, tmp_path):
+    """Issue #45: the default unit starts behind vllm-launch.py with VLLM_WORKER_MULTIPROC_METHOD=fork (the catalog
+    or service_deploy_environment may set another method); its hold file is root's and removed by every stop; exit 3
+    (a held start nobody let go) is not restarted. -e service_deploy_fast_start=false (a string) writes `vllm serve`
+    as before. Both within the sandbox's exposure limit."""
+    root = tmp_path / 'root'
+    hosts = {'fast': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(root / 'fast')},
+             'spawn': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(root / 'spawn'),
+                       'service_deploy_environment': {'VLLM_WORKER_MULTIPROC_METHOD': 'spawn'},
+                       'service_deploy_unit': 'vllm-minimax-m25-alt.service'},
+             'plain': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(root / 'plain'),
+                       'service_deploy_fast_start': 'false'}}
+    report = run_hosts(tmp_path, hosts)
+    assert report['rc'] == 0, report['raw']
+    fast = (root / 'fast/etc/systemd/system/vllm-minimax-m25.service').read_text()
+    exec_start = re.search(r'^ExecStart=((?:.*\\\n)*.*)$', fast, re.M).group(1).replace('\\\n', ' ')
+    assert re.split(r'\s+', exec_start)[:12] == [
+        '/opt/vllm/bin/python3', '/usr/local/libexec/llmfleet/vllm-launch.py',
+        '--run-dir', '/run/llmfleet-launch/vllm-minimax-m25', '--hold-file', '/run/llmfleet-launch/vllm-minimax-m25.hold',
+        '--wait-s', '900', '--prefetch', '/srv/models/minimax-m25', '--prefetch-ram-fraction', '0.5'], exec_start
+    assert ' -- /opt/vllm/bin/vllm serve /srv/models/minimax-m25 ' in re.sub(r'\s+', ' ', exec_start)
+    settings = re.findall(r'^(\w+)=(.*)$', fast, re.M)
+    assert ('RuntimeDirectory', 'llmfleet-launch/vllm-minimax-m25') in settings
+    assert ('ExecStopPost', '+/bin/rm -f /run/llmfleet-launch/vllm-minimax-m25.hold') in settings
+    assert ('RestartPreventExitStatus', '3') in settings
+    assert (root / 'fast/usr/local/libexec/llmfleet/vllm-launch.py').read_text() == \
+        (REPO / 'roles/service_deploy/files/vllm-launch.py').read_text()
+    assert 'VLLM_WORKER_MULTIPROC_METHOD="fork"' in (root / 'fast/etc/llmfleet/vllm-minimax-m25.env').read_text()
+    spawn_env = (root / 'spawn/etc/llmfleet/vllm-minimax-m25-alt.env').read_text()
+    assert 'VLLM_WORKER_MULTIPROC_METHOD="spawn"' in spawn_env and 'fork' not in spawn_env
+    alt = (root / 'spawn/etc/systemd/system/vllm-minimax-m25-alt.service').read_text()
+    assert 'RuntimeDirectory=llmfleet-launch/vllm-minimax-m25-alt\n' in alt and 'SyslogIdentifier=vllm-minimax-m25-alt' in alt
+    plain = (root / 'plain/etc/systemd/system/vllm-minimax-m25.service').read_text()
+    assert re.search(r'^ExecStart=/opt/vllm/bin/vllm serve /srv/models/minimax-m25 ', plain, re.M), plain
+    assert not re.search(r'^(RuntimeDirectory|ExecStopPost|RestartPreventExitStatus)=', plain, re.M)
+    assert 'VLLM_WORKER_MULTIPROC_METHOD' not in (root / 'plain/etc/llmfleet/vllm-minimax-m25.env').read_text()
+    assert not (root / 'plain/usr/local/libexec/llmfleet/vllm-launch.py').exists()
+    for unit_path in (root / 'fast/etc/systemd/system/vllm-minimax-m25.service',
+                      root / 'plain/etc/systemd/system/vllm-minimax-m25.service'):
+        assert exposure(systemd_analyze, unit_path)[0] <= MAX_EXPOSURE

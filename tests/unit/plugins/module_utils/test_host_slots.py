@@ -385,3 +385,29 @@ def test_asleep_paths_have_one_owner():
                      "timer_unit": "llmfleet-asleep-vllm-minimax-m25.timer"}
     with pytest.raises(hs.SlotError, match="named by its systemd unit"):
         hs.asleep_paths("../x")
+
+
+def test_fast_start_plans_the_models_other_unit_for_a_new_revision_and_records_it(tmp_path):
+    """Issue #45: with fast start a stop-then-start to another revision of the served model arms the new one beside
+    the old, so it takes the model's other unit; the turns alternate, and the intent and the record name that unit."""
+    state, models = tmp_path / "state", tmp_path / "models"
+    state.mkdir()
+    _write_manifest(str(models), "tiny-llama-a", SHA1)
+    common = {"state_dir": str(state), "models_root": str(models)}
+    _run_module(dict(common, action="set", model="tiny-llama-a", revision=SHA1, model_dir=str(models / "tiny-llama-a"),
+                     port=8001))
+    new_revision = dict(common, action="plan", model="tiny-llama-a", revision=SHA2, catalog_port=8001)
+    assert _run_module(new_revision)["unit"] == "vllm-tiny-llama-a.service"  # fast start off: the same unit, rewritten
+    plan = _run_module(dict(new_revision, fast_start=True))
+    assert plan["strategy"] == "stop_start" and plan["unit"] == "vllm-tiny-llama-a-alt.service"
+    assert _run_module(dict(common, action="plan", model="tiny-llama-b", catalog_port=8001,
+                            fast_start=True))["unit"] == "vllm-tiny-llama-b.service"  # another model: its own unit
+    target = dict(common, model="tiny-llama-a", revision=SHA2, model_dir=plan["model_dir"], port=8001, unit=plan["unit"])
+    intent = _run_module(dict(target, action="intend", strategy="stop_start"))["slots"]["default"]["pivot"]
+    assert intent["to"]["unit"] == "vllm-tiny-llama-a-alt.service"
+    assert intent["from"]["unit"] == "vllm-tiny-llama-a.service"
+    assert _run_module(dict(target, action="set"))["slots"]["default"]["unit"] == "vllm-tiny-llama-a-alt.service"
+    # Served from the other unit now: the same revision keeps it, the next revision takes the first unit again.
+    assert _run_module(dict(new_revision, fast_start=True))["unit"] == "vllm-tiny-llama-a-alt.service"
+    back = dict(common, action="plan", model="tiny-llama-a", revision=SHA1, catalog_port=8001, fast_start=True)
+    assert _run_module(back)["unit"] == "vllm-tiny-llama-a.service"

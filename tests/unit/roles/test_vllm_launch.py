@@ -1,0 +1,95 @@
+"""roles/service_deploy/files/vllm-launch.py as its unit runs it (a real process): a held start imports, reads the
+weights into the page cache within its RAM budget, says it is armed and waits for its hold file to go; an unheld start
+goes at once; a hold nobody lifts ends with exit status 3. The vLLM CLI it hands over to is a stand-in package here
+(`vllm.entrypoints.cli.main` writing its argv); the CPU test bed runs the real one behind every pivot."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+LAUNCHER = REPO / 'roles' / 'service_deploy' / 'files' / 'vllm-launch.py'
+STAND_IN_CLI = '''import json, os, sys
+def main():
+    with open(os.environ["STAND_IN_OUT"], "w") as handle:
+        json.dump({"argv": sys.argv, "method": os.environ.get("VLLM_WORKER_MULTIPROC_METHOD")}, handle)
+    return 0
+'''
+
+
+def stand_in_vllm(tmp_path):
+    pkg = tmp_path / 'site' / 'vllm' / 'entrypoints' / 'cli'
+    pkg.mkdir(parents=True)
+    for init in (tmp_path / 'site' / 'vllm', pkg.parent, pkg):
+        (init / '__init__.py').write_text('')
+    (pkg / 'main.py').write_text(STAND_IN_CLI)
+    return tmp_path / 'site'
+
+
+def launch(tmp_path, *own, weights=None, env=None):
+    run_dir = tmp_path / 'run'
+    weights = weights or tmp_path / 'weights'
+    weights.mkdir(exist_ok=True)
+    (weights / 'model-00001-of-00001.safetensors').write_bytes(os.urandom(3 * 1024 * 1024))
+    (weights / '.cache').mkdir(exist_ok=True)
+    (weights / '.cache' / 'skipped').write_bytes(b'x' * 1000)
+    argv = [sys.executable, str(LAUNCHER), '--run-dir', str(run_dir), *own, '--prefetch', str(weights), '--',
+            '/opt/vllm/bin/vllm', 'serve', str(weights), '--port', '8001']
+    environ = dict(os.environ, PYTHONPATH=str(stand_in_vllm(tmp_path)), STAND_IN_OUT=str(tmp_path / 'cli.json'),
+                   VLLM_WORKER_MULTIPROC_METHOD='fork', **(env or {}))
+    return subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=environ), run_dir
+
+
+def events(stderr):
+    return [json.loads(line.split(': ', 1)[1]) for line in stderr.splitlines() if line.startswith('llmfleet-launch: ')]
+
+
+def wait_for(path, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, path
+        time.sleep(0.05)
+
+
+def test_a_held_start_reads_the_weights_waits_for_its_hold_to_go_then_hands_over(tmp_path):
+    hold = tmp_path / 'unit.hold'
+    hold.write_text('')
+    proc, run_dir = launch(tmp_path, '--hold-file', str(hold), '--wait-s', '120', '--prefetch-ram-fraction', '0.5')
+    wait_for(run_dir / 'armed')
+    armed = json.loads((run_dir / 'armed').read_text())
+    assert armed['held'] is True and armed['prefetch_bytes'] == 3 * 1024 * 1024 and armed['prefetch_files'] == 1
+    time.sleep(0.5)
+    assert proc.poll() is None and not (tmp_path / 'cli.json').exists()  # still held
+    released_at = time.monotonic()
+    hold.unlink()
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    went = json.loads((run_dir / 'went').read_text())
+    assert went['held'] is True and went['waited_s'] >= 0.5
+    assert abs(went['monotonic_s'] - released_at) < 1.0  # the go is the hold's removal (polled every 20 ms)
+    cli = json.loads((tmp_path / 'cli.json').read_text())
+    assert cli == {'argv': ['vllm', 'serve', str(tmp_path / 'weights'), '--port', '8001'], 'method': 'fork'}
+    assert [e['event'] for e in events(err)] == ['imported', 'prefetched', 'armed', 'go']
+
+
+def test_an_unheld_start_goes_at_once_without_reading_the_weights(tmp_path):
+    proc, run_dir = launch(tmp_path, '--hold-file', str(tmp_path / 'absent.hold'), '--wait-s', '120')
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert not (run_dir / 'armed').exists() and json.loads((run_dir / 'went').read_text())['held'] is False
+    assert [e['event'] for e in events(err)] == ['imported', 'go']
+
+
+def test_a_hold_nobody_lifts_ends_with_status_3_and_weights_over_the_ram_budget_are_not_read(tmp_path):
+    hold = tmp_path / 'unit.hold'
+    hold.write_text('')
+    # A fraction of MemAvailable no 3 MiB fits in: said, not read.
+    proc, run_dir = launch(tmp_path, '--hold-file', str(hold), '--wait-s', '1', '--prefetch-ram-fraction', '0.0000001')
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    armed = json.loads((run_dir / 'armed').read_text())
+    assert armed['prefetch_bytes'] == 0 and 'over the' in armed['prefetch_skipped'], armed
+    assert events(err)[-1]['event'] == 'gave_up' and not (run_dir / 'went').exists()
+    assert not (tmp_path / 'cli.json').exists()
