@@ -72,7 +72,7 @@ def _slot() -> dict:
 
 
 def _main_pid(model: str) -> str:
-    return _ssh(f"systemctl show -P MainPID vllm-{model}.service")
+    return _ssh(f"systemctl show -P MainPID {harness.served_unit({'default': _slot()}, model)}")
 
 
 def _served_through_gateway() -> str:
@@ -299,7 +299,7 @@ def test_stop_then_start_to_another_model_lets_the_streams_in_flight_end(pivot):
 
 def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_closed(pivot):
     subprocess.run([HUB, "publish", HUB_PORT, "tiny-llama-b"], check=True, capture_output=True)
-    old_revision = _slot()["revision"]
+    old_revision, old_unit = _slot()["revision"], _slot()["unit"]
     with _client() as client:
         _rc, out, killed = harness.run_pivot(pivot.inventory, ["-e", "model=tiny-llama-b", "-e", "revision=main"],
                                              crash_before_task_named="Start the new model (written above)")
@@ -321,6 +321,16 @@ def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_
     assert harness.agrees(harness.host_state(MACHINE), "tiny-llama-b") == [] and _slot()["revision"] != old_revision
     record = json.loads((pivot.results / MACHINE / "pivots" / "tiny-llama-b-latest.json").read_text())
     assert record["strategy"] == "stop_start" and record["downtime_s"] > 0, record
+    # Fast start (issue 45): the new revision was armed in the model's other unit while the old one served (vLLM
+    # imported, the weights read); its load time counts from the go. The old unit is stopped and disabled, with no hold
+    # file left behind by the killed run or this one.
+    assert record["unit"] == _slot()["unit"] and {old_unit, record["unit"]} == set(harness.model_units("tiny-llama-b")), record
+    armed = record["fast_start"]["armed"]
+    assert record["fast_start"]["held"] is True and armed["import_s"] > 0 and armed["prefetch_bytes"] > 0, record
+    assert 0 < record["load_time_s"] < record["downtime_s"], record
+    assert "(go -> ready; armed while the old model served: vLLM imported in" in result.stdout, result.stdout[-6000:]
+    assert _ssh(f"systemctl is-active {old_unit}; systemctl is-enabled {old_unit}").split() == ["inactive", "disabled"]
+    assert _ssh("ls /run/llmfleet-launch/ | grep -c hold || true") == "0"
     opened = record["gateway_opened_at"]
     failures = [r for r in client.requests if not r["ok"]]
     assert failures, traffic  # the model did go away for a while

@@ -25,6 +25,9 @@ sys.path.insert(0, os.path.join(REPO, "tools", "traffic"))
 from continuous_client import ContinuousClient, log_summary  # noqa: E402  pylint: disable=wrong-import-position
 sys.path.insert(0, os.path.join(REPO, "tests"))
 from installed_project import make_project  # noqa: E402  pylint: disable=wrong-import-position
+
+sys.path.insert(0, os.path.join(REPO, "tools", "crash"))
+import harness  # noqa: E402  pylint: disable=wrong-import-position
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 MACHINE, SSH_PORT, HUB_PORT = "itest-pivot", "2232", "18092"
 HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
@@ -39,11 +42,13 @@ def _ssh(*cmd: str) -> str:
 
 
 def _main_pid(model: str) -> str:
-    return _ssh("systemctl", "show", "-P", "MainPID", f"vllm-{model}.service")
+    return _ssh("systemctl", "show", "-P", "MainPID", harness.served_unit(_slots(), model))
 
 
 def _is_active(model: str) -> str:
-    return _ssh("systemctl", "is-active", f"vllm-{model}.service")
+    """active when either unit of the model runs (a new revision starts in the other one)."""
+    states = _ssh("systemctl", "is-active", *harness.model_units(model)).split()
+    return "active" if "active" in states else states[0]
 
 
 def _healthy(url: str) -> bool:
@@ -574,7 +579,7 @@ def test_failed_pivot_of_slot_b_rolls_back_its_revision_and_leaves_a_untouched(p
     assert traffic["failed"] == 0, traffic
     _assert_a_untouched(a_pid)
     assert _slots()["b"] == before and _healthy(B_URL)
-    assert before["model_dir"] in _ssh("cat", "/etc/systemd/system/vllm-tiny-llama-b.service")
+    assert before["model_dir"] in _ssh("cat", "/etc/systemd/system/" + before["unit"])
     again = pivot("-e", "model=tiny-llama-b", "-e", "slot=b")
     assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-4000:]
 

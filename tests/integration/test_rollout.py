@@ -41,6 +41,9 @@ from testbed_machines import up_machines
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tools", "traffic"))
 from continuous_client import ContinuousClient, log_summary  # noqa: E402  pylint: disable=wrong-import-position
+
+sys.path.insert(0, os.path.join(REPO, "tools", "crash"))
+import harness  # noqa: E402  pylint: disable=wrong-import-position
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
 HUB_PORT = "18095"
@@ -77,11 +80,13 @@ def _serving(host: str) -> str:
 
 
 def _main_pid(host: str, model: str) -> str:
-    return _ssh(host, "systemctl", "show", "-P", "MainPID", f"vllm-{model}.service")
+    return _ssh(host, "systemctl", "show", "-P", "MainPID", harness.served_unit({"default": _slot(host)}, model))
 
 
 def _is_active(host: str, model: str) -> str:
-    return _ssh(host, "systemctl", "is-active", f"vllm-{model}.service")
+    """active when either unit of the model runs (a new revision starts in the other one)."""
+    states = _ssh(host, "systemctl", "is-active", *harness.model_units(model)).split()
+    return "active" if "active" in states else states[0]
 
 
 def _healthy(host: str, model: str) -> bool:

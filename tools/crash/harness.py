@@ -20,7 +20,7 @@ import urllib.request
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, ".ansible", "collections"))  # the working tree as the collection (`make venv`)
 # pylint: disable-next=wrong-import-position
-from ansible_collections.llmfleet.vllm.plugins.module_utils.host_slots import unit_name  # noqa: E402
+from ansible_collections.llmfleet.vllm.plugins.module_utils.host_slots import ALT_UNIT_VARIANT, unit_name  # noqa: E402
 TESTBED = os.path.join(REPO, "tools", "testbed", "testbed.sh")
 CALLBACKS = os.path.join(REPO, "tools", "crash", "callback_plugins")
 
@@ -111,12 +111,26 @@ def ssh(machine, command):
     return subprocess.run([TESTBED, "ssh", machine, command], capture_output=True, text=True, check=False).stdout.strip()
 
 
+def served_unit(slots, model):
+    """The unit that serves `model` as the host's slots record it (with fast start a new revision runs in the model's
+    other unit, vllm-<model>-alt.service), else vllm-<model>.service."""
+    for record in slots.values():
+        if record.get("model") == model and record.get("unit"):
+            return record["unit"]
+    return unit_name(model)
+
+
+def model_units(model):
+    """Both units a model may run in."""
+    return [unit_name(model), unit_name(model, ALT_UNIT_VARIANT)]
+
+
 def host_state(machine, slot="default"):
     """The slot's record, the lock, its units and the gateway's servers as the host has them."""
     slots = json.loads(ssh(machine, "cat /var/lib/llmfleet/slots.json") or '{"slots": {}}')["slots"]
     record = slots.get(slot) or {}
     # Units of the host's other slots are theirs: this slot's check leaves them out.
-    others = {unit_name(s["model"]) for name, s in slots.items() if name != slot and s.get("model")}
+    others = {served_unit({name: s}, s["model"]) for name, s in slots.items() if name != slot and s.get("model")}
     units = {}
     for line in ssh(machine, "systemctl list-units --all --plain --no-legend 'vllm-*.service' | awk '{print $1}'").split():
         if line not in others:
@@ -138,7 +152,7 @@ def agrees(state, model):
         problems.append("an intent is left: %s" % record["pivot"].get("phase"))
     if state["lock"]:
         problems.append("the lock is left")
-    unit = unit_name(model)
+    unit = served_unit({"slot": record}, model)
     for name, (active, enabled) in state["units"].items():
         want = ["active", "enabled"] if name == unit else None
         if want and [active, enabled] != want:

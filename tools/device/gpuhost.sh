@@ -26,6 +26,8 @@
 #   pivot-first|bluegreen|gatefail|revision  playbooks/pivot.yml (tools/device/gpuhost-pivot/ inventory): A behind the
 #            gateway; B blue/green on the same GPU; A again with a gate it cannot pass (must fail and roll back);
 #            a new commit of B on the hub (stop-then-start)
+#   pivot-revslow|revfast|revfast2|revslow2  new commits of B, stop-then-start: -e llmfleet_fast_start=false (the old
+#            path) and fast start (armed beside the old B; issue 45)
 #   pivot-sfirst|sgatefail|rgatefail|sleep|wakeback|reloadback  rollback by wake (issue 33, see pivot_run), then
 #   expiry   wait until the timer of the last sleep stopped B
 #   observe  playbooks/observability.yml on the GPU host (issue 31): the GPU textfile timer (NVML), the host's textfile
@@ -277,15 +279,9 @@ client_stop() {
   $PY -c 'import json, sys; d = json.load(open(sys.argv[1])); d.pop("requests_log"); print(json.dumps(d, indent=1))' $RES/client.json
 }
 
-# playbooks/pivot.yml on the GPU host with the client on `chat` running. EXPECT=fail: the pivot must fail (and roll back).
-pivot_run() {
-  local name=$1 expect=ok; shift
-  case $name in
-    first) set -- -e model=gpuhost-llama1b-a -e pivot_gateway=true -e pivot_alias=chat ;;
-    bluegreen) set -- -e model=gpuhost-llama1b-b ;;
-    gatefail) expect=fail; set -- -e model=gpuhost-llama1b-a -e pivot_gate_min_output_tok_s=1000000 ;;
-    revision)
-      inside $PY - $HUB llmfleet-test/gpuhost-llama1b-b <<'PY' | tee $RES/hub-publish.txt || return 1
+# A new commit of B on the local hub (its generation_config.json changes).
+publish_b() {
+  inside $PY - $HUB llmfleet-test/gpuhost-llama1b-b <<'PY' | tee -a $RES/hub-publish.txt
 import json, os, sys, time
 sys.path.insert(0, "/root/carry/tools/localhub")
 from hub_repos import RepoStore
@@ -295,7 +291,19 @@ data = json.load(open(config))
 data["llmfleet_published_at"] = time.time()
 print(*RepoStore(root).publish_commit(repo_id, {"generation_config.json": (json.dumps(data, indent=2) + "\n").encode()}))
 PY
-      set -- -e model=gpuhost-llama1b-b -e revision=main ;;
+}
+# playbooks/pivot.yml on the GPU host with the client on `chat` running. EXPECT=fail: the pivot must fail (and roll back).
+pivot_run() {
+  local name=$1 expect=ok; shift
+  case $name in
+    first) set -- -e model=gpuhost-llama1b-a -e pivot_gateway=true -e pivot_alias=chat ;;
+    bluegreen) set -- -e model=gpuhost-llama1b-b ;;
+    gatefail) expect=fail; set -- -e model=gpuhost-llama1b-a -e pivot_gate_min_output_tok_s=1000000 ;;
+    revision) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main ;;
+    # Fast start (issue 45): new commits of B, stop-then-start, with the old path (revslow*) and the fast one
+    # (revfast*: armed beside the old B, then the model's other unit goes).
+    revslow|revslow2) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main -e llmfleet_fast_start=false ;;
+    revfast|revfast2) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main ;;
     # Rollback by wake (issue 33): A's unit gets sleep mode; B fails its gate and A wakes; B fails again without
     # sleep and A restarts; B passes and A sleeps; A again is a wake (B sleeps, 60 s); B once B's timer stopped it.
     sfirst) set -- -e model=gpuhost-llama1b-a -e pivot_gateway=true -e pivot_alias=chat -e pivot_sleep_previous=true ;;
@@ -321,6 +329,8 @@ PY
   grep -A12 "Pivot summary\|PLAY RECAP" $RES/pivot-$name.log | tail -30
   [ $rc -eq 0 ] || grep -B2 -A6 "FAILED\|fatal:" $RES/pivot-$name.log | tail -40
   { echo "--- $name"; inside cat /var/lib/llmfleet/slots.json; inside systemctl list-units --no-legend 'vllm-*' 'llmfleet-asleep-*'; } >> $RES/slots-after.txt 2>&1
+  # The units' own log (vLLM's landmarks and the launcher's lines: the start's phases), since this pivot began.
+  inside journalctl --no-pager -o short-unix -u 'vllm-*' --since "-$((SECONDS - t0 + 5))s" > $RES/journal-$name.txt 2>&1
   inside sh -c "cp /var/lib/llmfleet/pivots/*rolled-back.json $RES/ 2>/dev/null; ls /var/lib/llmfleet/asleep 2>/dev/null"
   inside $PY $CARRY/repo/tools/device/nvml_snapshot.py > $RES/nvml-after-$name.json 2>&1
   if [ $expect = fail ]; then [ $rc -ne 0 ]; else [ $rc -eq 0 ]; fi
