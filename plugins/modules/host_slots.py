@@ -462,12 +462,23 @@ def _sleep_or_stop(p, current, why):
     return 'stop_start', why
 
 
+def _kept_unit(current, model):
+    """The slot's unit when it serves ``model`` already (a fast start may have moved it to the model's other unit),
+    else the model's first unit."""
+    current = hs.without_intent(current)
+    if current.get('model') == model and current.get('unit'):
+        return current['unit']
+    return hs.unit_name(model)
+
+
 def _set_record(p, current, gateway):
     """The slot's record once its model serves; a pivot intent is removed, or kept as committed (commit_intent)."""
     record = {
         'name': p['slot'], 'model': p['model'], 'profile': p['profile'], 'revision': p['revision'] or None,
         'model_dir': p['model_dir'], 'gpu_ids': p['gpu_ids'], 'port': p['port'],
-        'unit': p['unit'] or hs.unit_name(p['model']),
+        # Not given: the slot's own unit when it serves this model already (a fast start may have moved it to the
+        # model's other unit), else the model's first one.
+        'unit': p['unit'] or _kept_unit(current, p['model']),
         'since': p['since'] if p['since'] is not None else round(time.time(), 3), 'previous': p['previous'],
         'alias': p['alias'] or (current or {}).get('alias') or p['slot'],
         'standby_port': p['standby_port'] or (current or {}).get('standby_port'), 'gateway': gateway}

@@ -4,7 +4,8 @@
 Runs as a unit's ExecStart in place of `vllm serve ...`, with the venv's Python:
 
     python3 vllm-launch.py --run-dir DIR [--hold-file PATH] [--prefetch PATH]... [--prefetch-max-bytes N]
-                           [--prefetch-ram-fraction F] [--wait-s S] -- VLLM_ARGV...
+                           [--prefetch-ram-fraction F] [--wait-s S] [--serve-link LINK --serve-target DIR]
+                           -- VLLM_ARGV...
 
 1. imports vLLM's server, engine and worker modules; CUDA stays uninitialised, so vLLM can still fork its engine
    process, which then inherits the imports instead of repeating them;
@@ -13,7 +14,9 @@ Runs as a unit's ExecStart in place of `vllm serve ...`, with the venv's Python:
    (skipped, and said, when they exceed --prefetch-max-bytes or the fraction F of MemAvailable), writes DIR/armed
    (JSON: what each step took) and waits until the hold file is gone or DIR/go exists (--wait-s: give up after S s
    with exit status 3); a start that is not held (a boot, a restart, a plain deploy) goes on at once;
-3. writes DIR/went (JSON: CLOCK_MONOTONIC and epoch seconds of the go, the origin of the start's time to ready)
+3. checks that LINK (the model's serving path, which the unit's ExecStartPre pointed at DIR) still points at DIR,
+   else exits with status 4 (another unit's start moved it while this one was held);
+4. writes DIR/went (JSON: CLOCK_MONOTONIC and epoch seconds of the go, the origin of the start's time to ready)
    and runs VLLM_ARGV (its first word, the `vllm` program, is replaced by this process) with the modules loaded.
 
 Every step is logged on stderr as one `llmfleet-launch: ` line with a JSON object, for the start's phases.
@@ -39,7 +42,8 @@ POLL_S = 0.02
 GAVE_UP = 3
 OPTIONS = {"--run-dir": "run_dir", "--hold-file": "hold_file", "--prefetch": "prefetch",
            "--prefetch-max-bytes": "prefetch_max_bytes", "--prefetch-ram-fraction": "prefetch_ram_fraction",
-           "--wait-s": "wait_s"}
+           "--wait-s": "wait_s", "--serve-link": "serve_link", "--serve-target": "serve_target"}
+LINK_MOVED = 4
 
 
 def log(event, **fields):
@@ -56,7 +60,7 @@ def parse_args(argv):
     if len(vllm_argv) < 2:
         raise SystemExit("vllm-launch.py: nothing to run after --")
     opts = {"run_dir": None, "hold_file": None, "prefetch": [], "prefetch_max_bytes": 0,
-            "prefetch_ram_fraction": 0.0, "wait_s": 0.0}
+            "prefetch_ram_fraction": 0.0, "wait_s": 0.0, "serve_link": None, "serve_target": None}
     i = 0
     while i < len(own):
         key = own[i]
@@ -148,6 +152,18 @@ def prefetch(paths, max_bytes):
     return {"prefetch_bytes": done, "prefetch_s": round(time.monotonic() - started, 3), "prefetch_files": len(files)}
 
 
+def read_link(path):
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def link_points_at(link, target):
+    found = read_link(link)
+    return found is not None and os.path.normpath(found) == os.path.normpath(target)
+
+
 def write_json(path, data):
     tmp = path + ".tmp"
     with open(tmp, "w") as handle:
@@ -200,6 +216,11 @@ def main(argv):
     if waited is None:
         log("gave_up", wait_s=opts["wait_s"])
         return GAVE_UP
+    # The unit pointed the link at its revision before it started; another unit's start since (the old model restarted
+    # while this one was held) may have moved it: serving another revision under this unit's name is worse than failing.
+    if opts["serve_link"] and opts["serve_target"] and not link_points_at(opts["serve_link"], opts["serve_target"]):
+        log("link_moved", link=opts["serve_link"], want=opts["serve_target"], found=read_link(opts["serve_link"]))
+        return LINK_MOVED
     went = {"monotonic_s": round(time.clock_gettime(time.CLOCK_MONOTONIC), 3), "at": round(time.time(), 3),
             "held": held, "waited_s": waited}
     write_json(os.path.join(opts["run_dir"], "went"), went)

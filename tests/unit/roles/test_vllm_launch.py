@@ -93,3 +93,31 @@ def test_a_hold_nobody_lifts_ends_with_status_3_and_weights_over_the_ram_budget_
     assert armed['prefetch_bytes'] == 0 and 'over the' in armed['prefetch_skipped'], armed
     assert events(err)[-1]['event'] == 'gave_up' and not (run_dir / 'went').exists()
     assert not (tmp_path / 'cli.json').exists()
+
+
+def test_a_start_whose_serving_link_was_moved_while_held_fails_with_status_4(tmp_path):
+    """The unit points the model's serving link at its revision before it starts; the old unit restarted meanwhile
+    would point it back: the held start then refuses to serve another revision under its name."""
+    serve_link = REPO / 'roles' / 'service_deploy' / 'files' / 'serve-link'
+    link = tmp_path / 'models' / '.llmfleet' / 'serve' / 'm'
+    new, old = tmp_path / 'weights', tmp_path / 'old-revision'
+    new.mkdir()
+    old.mkdir()
+    subprocess.run(['sh', str(serve_link), str(link), str(new)], check=True)
+    assert os.readlink(link) == str(new) and oct(link.parent.stat().st_mode & 0o777) == '0o755'
+    refused = subprocess.run(['sh', str(serve_link), 'relative/link', str(new)], capture_output=True, text=True,
+                             check=False)
+    assert refused.returncode == 2 and 'LINK must be absolute' in refused.stderr
+    assert subprocess.run(['sh', str(serve_link), str(link), str(tmp_path / 'absent')], check=False).returncode == 2
+    assert os.readlink(link) == str(new)
+    hold = tmp_path / 'unit.hold'
+    hold.write_text('')
+    proc, run_dir = launch(tmp_path, '--hold-file', str(hold), '--wait-s', '120', '--serve-link', str(link),
+                           '--serve-target', str(new))
+    wait_for(run_dir / 'armed')
+    subprocess.run(['sh', str(serve_link), str(link), str(old)], check=True)  # the old unit started again
+    hold.unlink()
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4, err
+    assert events(err)[-1] == dict(events(err)[-1], event='link_moved', want=str(new), found=str(old))
+    assert not (run_dir / 'went').exists() and not (tmp_path / 'cli.json').exists()
