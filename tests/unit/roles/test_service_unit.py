@@ -345,15 +345,15 @@ def test_fast_start_runs_vllm_behind_the_launcher_with_fork_and_false_restores_v
     assert launcher_argv == [
         '/opt/vllm/bin/python3', '/usr/local/libexec/llmfleet/vllm-launch.py',
         '--run-dir', '/run/llmfleet-launch/vllm-minimax-m25', '--hold-file', '/run/llmfleet-launch/vllm-minimax-m25.hold',
-        '--wait-s', '900', '--prefetch', '/srv/models/minimax-m25', '--serve-link', '/srv/models/.llmfleet/serve/minimax-m25',
+        '--wait-s', '900', '--prefetch', '/srv/models/minimax-m25', '--serve-link', '/srv/models/.llmfleet-serve/minimax-m25',
         '--serve-target', '/srv/models/minimax-m25', '--prefetch-ram-fraction', '0.5'], exec_start
-    assert ' -- /opt/vllm/bin/vllm serve /srv/models/.llmfleet/serve/minimax-m25 ' in re.sub(r'\s+', ' ', exec_start)
+    assert ' -- /opt/vllm/bin/vllm serve /srv/models/.llmfleet-serve/minimax-m25 ' in re.sub(r'\s+', ' ', exec_start)
     settings = re.findall(r'^(\w+)=(.*)$', fast, re.M)
     assert ('RuntimeDirectory', 'llmfleet-launch/vllm-minimax-m25') in settings
     assert ('ExecStopPost', '+/bin/rm -f /run/llmfleet-launch/vllm-minimax-m25.hold') in settings
     assert ('RestartPreventExitStatus', '3 4') in settings
     # vLLM serves one path per model (its compile cache is keyed on it), pointed at this unit's revision as root first.
-    assert ('ExecStartPre', '+/usr/local/libexec/llmfleet/serve-link /srv/models/.llmfleet/serve/minimax-m25 '
+    assert ('ExecStartPre', '+/usr/local/libexec/llmfleet/serve-link /srv/models/.llmfleet-serve/minimax-m25 '
             '/srv/models/minimax-m25') in settings
     assert (root / 'fast/usr/local/libexec/llmfleet/vllm-launch.py').read_text() == \
         (REPO / 'roles/service_deploy/files/vllm-launch.py').read_text()

@@ -99,12 +99,15 @@ def test_a_start_whose_serving_link_was_moved_while_held_fails_with_status_4(tmp
     """The unit points the model's serving link at its revision before it starts; the old unit restarted meanwhile
     would point it back: the held start then refuses to serve another revision under its name."""
     serve_link = REPO / 'roles' / 'service_deploy' / 'files' / 'serve-link'
-    link = tmp_path / 'models' / '.llmfleet' / 'serve' / 'm'
+    link = tmp_path / 'models' / '.llmfleet-serve' / 'm'
     new, old = tmp_path / 'weights', tmp_path / 'old-revision'
     new.mkdir()
     old.mkdir()
     subprocess.run(['sh', str(serve_link), str(link), str(new)], check=True)
     assert os.readlink(link) == str(new) and oct(link.parent.stat().st_mode & 0o777) == '0o755'
+    strict = subprocess.run(['sh', '-c', 'umask 077; sh "$0" "$1" "$2"', str(serve_link), str(tmp_path / 'u' / 'm'), str(new)],
+                            check=True)  # the unit's UMask=0077: what the script creates stays traversable
+    assert strict.returncode == 0 and oct((tmp_path / 'u').stat().st_mode & 0o777) == '0o755'
     refused = subprocess.run(['sh', str(serve_link), 'relative/link', str(new)], capture_output=True, text=True,
                              check=False)
     assert refused.returncode == 2 and 'LINK must be absolute' in refused.stderr
