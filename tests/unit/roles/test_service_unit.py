@@ -220,6 +220,9 @@ def test_sandbox_keeps_what_gpu_serving_needs():
         denied = ' '.join(v for n, v in settings if n == 'SystemCallFilter')
         assert '@resources' not in denied and '@debug' not in denied and '@system-service' not in denied  # deny list only
         assert '%C/llmfleet-vllm' in dict(settings)['WorkingDirectory'] and ('ProtectSystem', 'strict') in settings
+        # JIT caches kept across starts (PrivateTmp= empties /tmp, Inductor's default): issue 45 item 0.
+        assert ('Environment', 'TORCHINDUCTOR_CACHE_DIR=%C/llmfleet-vllm/torchinductor '
+                'TRITON_CACHE_DIR=%C/llmfleet-vllm/.triton/cache') in settings, model
 
 
 def test_extra_device_allow_entries(systemd_analyze, tmp_path):
