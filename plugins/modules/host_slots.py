@@ -546,6 +546,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    if p['unit'] and not hs.UNIT_RE.match(p['unit']):
+        module.fail_json(msg='unit must be NAME.service (letters, digits, @ . _ : -), got %s' % json.dumps(p['unit']))
     paths = hs.state_paths(p['state_dir'])
     try:
         hs.check_slot_name(p['slot'], p['variable_prefix'] + 'slot')

@@ -109,7 +109,10 @@ def unit_of(pid):
 
 
 def is_vllm_server(argv):
-    """`vllm serve ...` (any interpreter in front) or `python -m vllm.entrypoints.openai.api_server`."""
+    """`vllm serve ...` (any interpreter in front), `python -m vllm.entrypoints.openai.api_server`, or either behind
+    the fast start launcher (`python vllm-launch.py OPTIONS -- vllm serve ...`, run in the launcher's own process)."""
+    if any(os.path.basename(arg) == "vllm-launch.py" for arg in argv[:3]) and "--" in argv:
+        return is_vllm_server(argv[argv.index("--") + 1:])
     for i, arg in enumerate(argv[:4]):
         if os.path.basename(arg) == "vllm" and argv[i + 1:i + 2] == ["serve"]:
             return True

@@ -9,7 +9,8 @@ Runs as a unit's ExecStart in place of `vllm serve ...`, with the venv's Python:
 
 1. imports vLLM's server, engine and worker modules; CUDA stays uninitialised, so vLLM can still fork its engine
    process, which then inherits the imports instead of repeating them;
-2. when the start is held (--hold-file exists when the launcher starts, or no --hold-file is given: the go file
+2. when the start is held (--hold-file exists when the launcher starts, written less than 120 s before; or no
+   --hold-file is given: the go file
    alone releases it), reads the files under each --prefetch path once, so the weights are in the page cache
    (skipped, and said, when they exceed --prefetch-max-bytes or the fraction F of MemAvailable), writes DIR/armed
    (JSON: what each step took) and waits until the hold file is gone or DIR/go exists (--wait-s: give up after S s
@@ -40,6 +41,9 @@ PRELOAD = (
 READ_CHUNK = 16 * 1024 * 1024
 POLL_S = 0.02
 GAVE_UP = 3
+# A hold is written right before its unit starts; an older one was left by a start that never ran (refused by systemd,
+# a controller killed in between) and holds nothing.
+HOLD_FRESH_S = 120
 OPTIONS = {"--run-dir": "run_dir", "--hold-file": "hold_file", "--prefetch": "prefetch",
            "--prefetch-max-bytes": "prefetch_max_bytes", "--prefetch-ram-fraction": "prefetch_ram_fraction",
            "--wait-s": "wait_s", "--serve-link": "serve_link", "--serve-target": "serve_target"}
@@ -152,6 +156,13 @@ def prefetch(paths, max_bytes):
     return {"prefetch_bytes": done, "prefetch_s": round(time.monotonic() - started, 3), "prefetch_files": len(files)}
 
 
+def file_age_s(path):
+    try:
+        return time.time() - os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
 def read_link(path):
     try:
         return os.readlink(path)
@@ -207,8 +218,11 @@ def arm_and_wait(opts, armed):
 def main(argv):
     opts, vllm_argv = parse_args(argv)
     os.makedirs(opts["run_dir"], exist_ok=True)
-    # Held: asked for before this process started (the hold file exists), or no hold file at all (the go file only).
-    held = not opts["hold_file"] or os.path.exists(opts["hold_file"])
+    # Held: asked for right before this process started (a fresh hold file), or no hold file at all (the go file only).
+    hold_age = file_age_s(opts["hold_file"]) if opts["hold_file"] else None
+    held = not opts["hold_file"] or (hold_age is not None and hold_age < HOLD_FRESH_S)
+    if hold_age is not None and not held:
+        log("stale_hold", hold_file=opts["hold_file"], age_s=round(hold_age, 1))
     armed = {"pid": os.getpid(), "started_at": round(time.time(), 3), "held": held}
     armed.update(preload())
     log("imported", **armed)

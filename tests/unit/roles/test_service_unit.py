@@ -270,7 +270,7 @@ BAD_CASES = [
     ({'service_deploy_gpu_facts': {'gpu_count': 2, 'gpu_memory_mib': 97887, 'nvlink': False}},
      'minimax-m25: needs 4 GPUs (TP 4 x PP 1 x DP 1), host has 2'),
     ({'service_deploy_state': 'running'}, 'service_deploy_state'),
-    ({'service_deploy_unit': '../vllm-x.service'}, 'service_deploy_unit "../vllm-x.service" must be empty or NAME.service'),
+    ({'service_deploy_unit_name': '../vllm-x.service'}, 'service_deploy_unit_name "../vllm-x.service" must be empty or NAME.service'),
     ({'service_deploy_fast_start_hold_s': 0}, 'service_deploy_fast_start_hold_s 0 a whole number of seconds above 0'),
     ({'service_deploy_fast_start_prefetch_ram_fraction': 1.5}, 'service_deploy_fast_start_prefetch_ram_fraction 1.5 in 0..1'),
     # A caller's entry (the pivot passes the one it looked up) must be the model's.
@@ -337,7 +337,7 @@ def test_fast_start_runs_vllm_behind_the_launcher_with_fork_and_false_restores_v
     hosts = {'fast': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(root / 'fast')},
              'spawn': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(root / 'spawn'),
                        'service_deploy_environment': {'VLLM_WORKER_MULTIPROC_METHOD': 'spawn'},
-                       'service_deploy_unit': 'vllm-minimax-m25-alt.service'},
+                       'service_deploy_unit_name': 'vllm-minimax-m25-alt.service'},
              'plain': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(root / 'plain'),
                        'service_deploy_fast_start': 'false'}}
     report = run_hosts(tmp_path, hosts)
@@ -348,15 +348,15 @@ def test_fast_start_runs_vllm_behind_the_launcher_with_fork_and_false_restores_v
     assert launcher_argv == [
         '/opt/vllm/bin/python3', '/usr/local/libexec/llmfleet/vllm-launch.py',
         '--run-dir', '/run/llmfleet-launch/vllm-minimax-m25', '--hold-file', '/run/llmfleet-launch/vllm-minimax-m25.hold',
-        '--wait-s', '900', '--prefetch', '/srv/models/minimax-m25', '--serve-link', '/srv/models/.llmfleet-serve/minimax-m25',
+        '--wait-s', '900', '--prefetch', '/srv/models/minimax-m25', '--serve-link', '/var/lib/llmfleet-serve/minimax-m25',
         '--serve-target', '/srv/models/minimax-m25', '--prefetch-ram-fraction', '0.5'], exec_start
-    assert ' -- /opt/vllm/bin/vllm serve /srv/models/.llmfleet-serve/minimax-m25 ' in re.sub(r'\s+', ' ', exec_start)
+    assert ' -- /opt/vllm/bin/vllm serve /var/lib/llmfleet-serve/minimax-m25 ' in re.sub(r'\s+', ' ', exec_start)
     settings = re.findall(r'^(\w+)=(.*)$', fast, re.M)
     assert ('RuntimeDirectory', 'llmfleet-launch/vllm-minimax-m25') in settings
     assert ('ExecStopPost', '+/bin/rm -f /run/llmfleet-launch/vllm-minimax-m25.hold') in settings
     assert ('RestartPreventExitStatus', '3 4') in settings
     # vLLM serves one path per model (its compile cache is keyed on it), pointed at this unit's revision as root first.
-    assert ('ExecStartPre', '+/usr/local/libexec/llmfleet/serve-link /srv/models/.llmfleet-serve/minimax-m25 '
+    assert ('ExecStartPre', '+/usr/local/libexec/llmfleet/serve-link /var/lib/llmfleet-serve/minimax-m25 '
             '/srv/models/minimax-m25') in settings
     assert (root / 'fast/usr/local/libexec/llmfleet/vllm-launch.py').read_text() == \
         (REPO / 'roles/service_deploy/files/vllm-launch.py').read_text()

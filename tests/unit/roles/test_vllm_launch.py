@@ -82,6 +82,19 @@ def test_an_unheld_start_goes_at_once_without_reading_the_weights(tmp_path):
     assert [e['event'] for e in events(err)] == ['imported', 'go']
 
 
+def test_a_hold_left_by_a_start_that_never_ran_holds_nothing(tmp_path):
+    """A hold written an hour ago (systemd refused that start, or the controller was killed before it): the next
+    start of the unit (a boot, a rollback) goes at once and says why."""
+    stale = tmp_path / 'unit.hold'
+    stale.write_text('')
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    proc, run_dir = launch(tmp_path, '--hold-file', str(stale), '--wait-s', '120')
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads((run_dir / 'went').read_text())['held'] is False
+    assert [e['event'] for e in events(err)] == ['stale_hold', 'imported', 'go'] and events(err)[0]['age_s'] >= 3599
+
+
 def test_a_hold_nobody_lifts_ends_with_status_3_and_weights_over_the_ram_budget_are_not_read(tmp_path):
     hold = tmp_path / 'unit.hold'
     hold.write_text('')

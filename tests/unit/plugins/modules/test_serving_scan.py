@@ -16,6 +16,11 @@ def test_vllm_server_command_lines():
     assert serving_scan.is_vllm_server(["vllm", "serve", "moonshotai/Kimi-K2.5", "--tensor-parallel-size", "8"])
     assert serving_scan.is_vllm_server(["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "x"])
     assert serving_scan.is_vllm_server(["python", "-m", "vllm.entrypoints.cli.main", "serve", "x"])
+    # Behind the fast start launcher (vLLM runs in the launcher's own process).
+    assert serving_scan.is_vllm_server(["/opt/vllm/bin/python3", "/usr/local/libexec/llmfleet/vllm-launch.py", "--run-dir",
+                                        "/run/llmfleet-launch/vllm-x", "--wait-s", "900", "--", "/opt/vllm/bin/vllm",
+                                        "serve", "/var/lib/llmfleet-serve/x", "--port", "8000"])
+    assert not serving_scan.is_vllm_server(["python3", "vllm-launch.py", "--run-dir", "/r", "--", "vllm", "bench", "serve"])
     # Not servers: a bench client, an import of vLLM's modules, an editor on a file named vllm.
     assert not serving_scan.is_vllm_server(["vllm", "bench", "serve", "--base-url", "http://x"])
     assert not serving_scan.is_vllm_server(["python", "probe.py", "vllm.entrypoints.openai.api_server"])
