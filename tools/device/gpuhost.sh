@@ -303,7 +303,10 @@ pivot_run() {
     # Fast start (issue 45): new commits of B, stop-then-start, with the old path (revslow*) and the fast one
     # (revfast*: armed beside the old B, then the model's other unit goes).
     revslow|revslow2) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main -e llmfleet_fast_start=false ;;
-    revfast|revfast2) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main ;;
+    revfast|revfast2|revfast3) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main ;;
+    # The weight loaders (item 3), each a fast revision pivot with the profile of gpuhost-vars.yml.
+    revrunai|revfastst) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main \
+      -e pivot_profile=$([ $name = revrunai ] && echo runai || echo fastst) ;;
     # Rollback by wake (issue 33): A's unit gets sleep mode; B fails its gate and A wakes; B fails again without
     # sleep and A restarts; B passes and A sleeps; A again is a wake (B sleeps, 60 s); B once B's timer stopped it.
     sfirst) set -- -e model=gpuhost-llama1b-a -e pivot_gateway=true -e pivot_alias=chat -e pivot_sleep_previous=true ;;
@@ -387,6 +390,8 @@ pack() {
   inside journalctl --no-pager -o short-iso -u 'vllm-*' -u nvidia-uvm-nodes.service > $RES/journal-units.txt 2>&1
   inside journalctl --no-pager -o short-iso -u haproxy.service -u llmfleet-hub.service -u gpuhost-client.service > $RES/journal-gateway.txt 2>&1
   nvidia-smi > $RES/nvidia-smi-end.txt 2>&1
+  # The JIT caches the units keep (issue 45 item 0): what each start could reuse.
+  inside sh -c 'du -s /var/cache/llmfleet-vllm/* /var/cache/llmfleet-vllm/.[a-z]* /var/cache/llmfleet-vllm/*/* 2>&1; ls -la /tmp' > $RES/cache-sizes.txt 2>&1
   tar czf "$OUT/gpuhost.tgz" -C $RES . && ls -la "$OUT"
 }
 
@@ -407,6 +412,10 @@ gpuhost_phase() {
       playbook $CARRY/repo/tools/device/gpuhost_bench.yml -e model=$m -e port=$port 2>&1 | tee $RES/bench-play.log
       rc=${PIPESTATUS[0]}; cp -r $RES/controller $RES/bench-controller 2>/dev/null; (exit $rc) ;;
     pivotprep) pivotprep ;;
+    # fastsafetensors and the Run:ai streamer from .whl/loaders (carried), into vLLM's venv; what the image lacks only.
+    loaders) rm -rf $CARRY/loaders && cp -a "$repo/.whl/loaders" $CARRY/loaders \
+      && inside $PY -m pip install -q --no-index --no-compile --find-links $CARRY/loaders fastsafetensors runai-model-streamer \
+      && inside $PY -c 'import fastsafetensors, runai_model_streamer; print("loaders", fastsafetensors.__file__, runai_model_streamer.__file__)' ;;
     client-start) client_start ;;
     client-stop) client_stop ;;
     pivot-*) pivot_run "${phase#pivot-}" ;;

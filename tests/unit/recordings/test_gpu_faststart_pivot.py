@@ -64,3 +64,69 @@ def test_the_first_lease_before_the_serving_link_missed_the_compile_cache_and_fo
     # pivot planned the unit that served and stopped it before the drain: the slot down 174.7 s.
     assert RUN1["pivot-revfast-record.json"]["unit"] == RUN1["pivot-revfast2-record.json"]["unit"]
     assert RUN1["pivot-revfast2-record.json"]["downtime_s"] == 174.7
+
+
+# The third lease (2026-12-06 07:50-08:18, the same H100 kind, a fresh machine): the code as landed, with item 0 (the
+# unit names TRITON_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR in its cache directory), both paths in one sitting, and the
+# two loaders of item 3 as serving profiles (tools/device/gpuhost-vars.yml). Recordings: h100-pivot-faststart-icache-*.
+ICACHE = json.loads((FIX / "h100-pivot-faststart-icache-records.json").read_text())
+ICACHE_CLIENT = json.loads((FIX / "h100-pivot-faststart-icache-client.json").read_text())
+
+
+def _icache(name):
+    return ICACHE["pivot-%s-record.json" % name]
+
+
+def test_item_0_took_the_warm_up_from_17_s_to_1_s_on_every_start_after_the_first():
+    # The first start on the machine compiled every Triton kernel (21 s); every later start found them.
+    assert _icache("first")["start_phases"]["phases"]["warmup"] == 21.0
+    for name in ("bluegreen", "revslow", "revfast", "revfast2", "revrunai", "revfastst", "revslow2", "revfast3"):
+        assert _icache(name)["start_phases"]["phases"]["warmup"] == 1.0, name
+    # Inductor writes its Triton kernels to TRITON_CACHE_DIR, else under its own /tmp directory, which the unit's
+    # PrivateTmp= wiped at every start; its own (FX graph) directory stays empty because vLLM keeps its AOT artifacts.
+    sizes = (FIX / "h100-pivot-faststart-icache-cache-sizes.txt").read_text()
+    assert "0\t/var/cache/llmfleet-vllm/torchinductor" in sizes and "12764\t/var/cache/llmfleet-vllm/.triton" in sizes
+
+
+def test_fast_start_takes_the_revision_pivot_from_65_s_to_21_to_23_s_down_and_the_record_names_what_is_left():
+    slow = [_icache(n)["downtime_s"] for n in ("revslow", "revslow2")]
+    fast = [_icache(n)["downtime_s"] for n in ("revfast", "revfast2", "revfast3")]
+    assert slow == [65.3, 67.0] and fast == [23.3, 21.4, 23.0]
+    assert max(fast) / min(slow) < 0.36
+    for name in ("revfast", "revfast2", "revfast3"):
+        record = _icache(name)
+        assert record["fast_start"]["held"] is True and record["start_phases"]["phases"]["imports"] is None
+        assert 18 < record["start_phases"]["from_go_s"] < 20
+        phases = record["start_phases"]["phases"]
+        # The goal (15 s) is missed by what only the GPU can do: the compile cache loaded and profiled, CUDA and the
+        # weights, the graphs; no phase is above 6 s.
+        assert max(phases.values(), key=lambda v: v or 0) <= 6.0 and phases["compile_and_profile"] == 6.0
+    for name in ("revslow", "revslow2"):
+        phases = _icache(name)["start_phases"]["phases"]
+        assert phases["imports"] == 19.0 and phases["config_and_engine_process"] == 16.0
+        # Without the serving link each revision's directory is a new compile key.
+        assert _icache(name)["start_phases"]["reported"]["compilation_s"] > 14
+
+
+def test_neither_loader_beats_the_default_one_for_a_model_in_the_page_cache():
+    default = [_icache(n)["start_phases"]["reported"]["weights_load_s"] for n in ("revfast", "revfast2", "revfast3")]
+    assert max(default) < 0.6
+    assert _icache("revfastst")["start_phases"]["reported"]["weights_load_s"] == 2.15  # nogds: no /dev/nvidia-fs0
+    assert _icache("revrunai")["downtime_s"] == 23.3 and _icache("revfastst")["downtime_s"] == 27.3
+    journal = (FIX / "h100-pivot-faststart-icache-journal-vllm.txt").read_text()
+    loading = [float(line.split(" and ")[1].split()[0]) for line in journal.splitlines() if "Model loading took" in line]
+    assert 4.0 in [round(v, 1) for v in loading]  # the Run:ai streamer's start (4.02 s against 1.9-2.7 s by default)
+
+
+def test_the_third_leases_client_failed_only_with_503_inside_the_closed_windows():
+    rows = [dict(zip(ICACHE_CLIENT["columns"], row)) for row in ICACHE_CLIENT["rows"]]
+    failed = [r for r in rows if not r["ok"]]
+    assert all(r["status"] == 503 and r["retry_after"] == "5" for r in failed)
+
+    def refused(name):
+        record = _icache(name)
+        return [r for r in failed if record["gateway_closed_at"] - 1 <= r["start"] <= record["gateway_opened_at"] + 1]
+
+    counts = {name: len(refused(name)) for name in ("revslow", "revfast", "revfast2", "revrunai", "revfastst")}
+    assert sum(counts.values()) == len(failed) == 2222
+    assert counts["revslow"] == 677 and counts["revfast"] == 372 and counts["revfast2"] == 384
