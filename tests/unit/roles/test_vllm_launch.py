@@ -137,3 +137,39 @@ def test_a_start_whose_serving_link_was_moved_while_held_fails_with_status_4(tmp
     assert proc.returncode == 4, err
     assert events(err)[-1] == dict(events(err)[-1], event='link_moved', want=str(new), found=str(old))
     assert not (run_dir / 'went').exists() and not (tmp_path / 'cli.json').exists()
+
+
+def test_the_test_beds_standin_server_serves_behind_the_launcher_once_released(tmp_path):
+    # tests/standin/vllm (the STAND-IN the test bed may run instead of vLLM for tests of the collection's own logic)
+    # through the launcher as a unit runs it: held, released, then serving on its port.
+    import socket
+    import urllib.request
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]
+    model = tmp_path / 'model'
+    model.mkdir()
+    (model / 'config.json').write_text('{"max_position_embeddings": 512}')
+    hold = tmp_path / 'unit.hold'
+    hold.write_text('')
+    argv = [sys.executable, str(LAUNCHER), '--run-dir', str(tmp_path / 'run'), '--hold-file', str(hold), '--wait-s', '60',
+            '--', '/opt/vllm-standin/bin/vllm', 'serve', str(model), '--host', '127.0.0.1', '--port', str(port),
+            '--served-model-name', 'chat', '--max-num-seqs', '4']
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO / 'tests' / 'standin')))
+    try:
+        wait_for(tmp_path / 'run' / 'armed')
+        hold.unlink()
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline
+            try:
+                with urllib.request.urlopen('http://127.0.0.1:%d/v1/models' % port, timeout=2) as resp:
+                    assert [m['id'] for m in json.load(resp)['data']] == ['chat']
+                break
+            except OSError:
+                time.sleep(0.05)
+        assert (tmp_path / 'run' / 'went').exists()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
