@@ -107,3 +107,40 @@ def test_the_standin_wants_the_api_key_it_is_given_on_v1_only(tiny_models):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_the_test_bed_puts_the_standin_on_a_host_as_a_venv_that_systemd_runs(vllm_server):
+    """`testbed.sh standin` on the real server's host: /opt/vllm-standin is a venv over the host's python3 (no pip, no
+    vLLM) whose `vllm serve` runs under systemd as the vllm user and answers; its argument parser takes any option (a
+    host on the stand-in does not check vLLM's flags), while the real /opt/vllm beside it still refuses a wrong one."""
+    testbed = os.path.join(REPO, "tools", "testbed", "testbed.sh")
+    subprocess.run([testbed, "standin", vllm_server.machine], check=True, capture_output=True)
+    port = _free_port()
+    started = vllm_server.machine_exec(
+        "systemd-run", "--unit=itest-standin", "--uid=vllm", "/opt/vllm-standin/bin/vllm", "serve", "/srv/models/tiny-llama-a",
+        "--served-model-name", "tiny-llama-a", "--host", "127.0.0.1", "--port", str(port), "--max-num-seqs", "4", check=False)
+    assert started.returncode == 0, started.stderr
+    url = "http://127.0.0.1:%d" % port
+    try:
+        deadline = time.monotonic() + 20
+        while not _healthy(url):
+            journal = ["journalctl", "-u", "itest-standin", "--no-pager"]
+            assert time.monotonic() < deadline, vllm_server.machine_exec(*journal, check=False).stdout
+            time.sleep(0.1)
+        assert contract.probe(url, "tiny-llama-a")["completion_stream"]["last"] == "[DONE]"
+        parse = ("from vllm.entrypoints.cli import serve; from vllm.utils.argparse_utils import FlexibleArgumentParser as P; "
+                 "p = P(prog='vllm'); c = serve.cmd_init()[0]; c.subparser_init(p.add_subparsers(dest='s')); "
+                 "print(p.parse_args(['serve', 'm', '--no-such-flag', '--port', '1']).port)")
+        assert vllm_server.machine_exec("/opt/vllm-standin/bin/python3", "-c", f'"{parse}"').stdout.strip() == "1"
+        real = vllm_server.machine_exec("/opt/vllm/bin/python3", "-c", f'"{parse}"', check=False)
+        assert real.returncode != 0 and "unrecognized arguments: --no-such-flag" in real.stderr, real.stderr[-2000:]
+    finally:
+        vllm_server.machine_exec("systemctl", "stop", "itest-standin", check=False)
+
+
+def _healthy(url):
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False

@@ -12,6 +12,9 @@
 #   testbed.sh has-image IMAGE       exit 0 when IMAGE is cached
 #   testbed.sh base-key              the key of the base rootfs (images built on it carry it in their name)
 #   testbed.sh exec NAME CMD...      run CMD inside NAME (nsenter)
+#   testbed.sh standin NAME          put the STAND-IN vLLM server (tests/standin/vllm, not vLLM) in NAME's
+#                                    /opt/vllm-standin, a venv over its python3, for tests of the collection's own
+#                                    logic (they pass vllm_install_venv=/opt/vllm-standin); docs/testbed.md
 #   testbed.sh list                  machines that are up
 set -euo pipefail
 
@@ -228,6 +231,22 @@ cmd_save() {
   log "saved $name as image $image ($(du -sh "$dest" | cut -f1))"
 }
 
+cmd_standin() {
+  local name=${1:?name} root=$STATE/${1:-}/rootfs venv=/opt/vllm-standin python
+  [[ -d $root/usr/bin ]] || die "no machine $name"
+  python=$(cd "$root/usr/bin" && ls python3.[0-9]* | grep -E '^python3\.[0-9]+$' | sort -V | tail -1)
+  rm -rf "${root:?}$venv"
+  install -d "$root$venv/bin" "$root$venv/lib/$python/site-packages"
+  printf 'home = /usr/bin\ninclude-system-site-packages = false\nversion = %s\n' "${python#python}" >"$root$venv/pyvenv.cfg"
+  ln -s "/usr/bin/$python" "$root$venv/bin/python3"
+  ln -s python3 "$root$venv/bin/python"
+  cp -r "$(dirname "$0")/../../tests/standin/vllm" "$root$venv/lib/$python/site-packages/vllm"
+  find "$root$venv" -name __pycache__ -prune -exec rm -rf {} +
+  printf '#!%s/bin/python3\nimport sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n' "$venv" >"$root$venv/bin/vllm"
+  chmod 0755 "$root$venv/bin/vllm"
+  log "stand-in vLLM server in $name:$venv ($python)"
+}
+
 cmd_exec() { local name=${1:?name}; shift; nsenter -t "$(leader_pid "$name")" -a "$@"; }
 
 cmd_list() {
@@ -247,6 +266,7 @@ case ${1:-} in
   has-image) [[ -f $CACHE/images/${2:?image}/.complete ]] ;;
   base-key) echo "$ROOTFS_KEY" ;;
   exec) shift; cmd_exec "$@" ;;
+  standin) shift; cmd_standin "$@" ;;
   ssh) shift; ssh_cmd "$@" ;;
   list) cmd_list ;;
   key) echo "$SSH_KEY" ;;

@@ -341,9 +341,14 @@ class Server:
 
 
 def max_model_len_of(model_path, given):
+    """--max-model-len, else the model's; above the model's positions the start fails, as vLLM's does."""
     with open(os.path.join(model_path, "config.json")) as handle:
         config = json.load(handle)
-    return int(given) if given else int(config.get("max_position_embeddings") or 2048)
+    derived = int(config.get("max_position_embeddings") or 2048)
+    if given and int(given) > derived:
+        raise ValueError("User-specified max_model_len (%s) is greater than the derived max_model_len "
+                         "(max_position_embeddings=%d in the model's config.json)" % (given, derived))
+    return int(given) if given else derived
 
 
 def serve(args):
@@ -351,7 +356,7 @@ def serve(args):
     try:
         max_model_len = max_model_len_of(args.model, args.max_model_len)
     except (OSError, ValueError) as exc:
-        print("ERROR standin: cannot read the model's config.json in %s: %s" % (args.model, exc), file=sys.stderr, flush=True)
+        print("ERROR standin: cannot serve %s (config.json): %s" % (args.model, exc), file=sys.stderr, flush=True)
         return 1
     names = args.served_model_name or [args.model]
     server = Server(args.model, names, max_model_len, os.environ.get("VLLM_API_KEY") or args.api_key,
