@@ -1,4 +1,8 @@
-"""Pivot fault cases on a real systemd test host with vLLM's CPU engine.
+"""Pivot fault cases on a real systemd test host, served by the STAND-IN vLLM server (tests/standin/vllm, held to real
+vLLM by tests/integration/test_standin_contract.py): what is tested here is the collection's own logic (refusals,
+rollback, heals, take-over, prune, slots, the lock), not vLLM's start. Where vLLM itself is what is tested, the test
+says so and runs the real engine of the image's /opt/vllm: the argument check of a flag vLLM does not know, and the
+tool-calling profile's parser; the benchmarks' client is the real `vllm bench serve` (benchmark_vllm_bin).
 
 One machine serves tiny-llama-a (pivoted to for real in the fixture, the way a user of the installed collection does:
 `ansible-playbook llmfleet.vllm.pivot` from a project of their own with the tarball installed there); each test then
@@ -35,6 +39,8 @@ HUB = os.path.join(REPO, "tools", "localhub", "tiny-hub.sh")
 # this suite by `make test`) serve the tiny models on their catalog ports.
 PORTS = {"tiny-llama-a": {"port": 8401}, "tiny-llama-b": {"port": 8402}}
 A_URL = "http://127.0.0.1:8401"
+# The host's units run the stand-in (testbed.sh standin); REAL_VLLM puts vLLM's CPU engine back for one pivot.
+STANDIN_VENV, REAL_VLLM = "/opt/vllm-standin", ("-e", "vllm_install_venv=/opt/vllm")
 
 
 def _ssh(*cmd: str) -> str:
@@ -70,7 +76,8 @@ def _set_hub_faults(plan: dict) -> None:
 def pivot(tmp_path_factory, vllm_image, pivot_playbook):
     hosts = (f"all:\n  hosts:\n    {MACHINE}:\n      ansible_port: {SSH_PORT}\n"
              f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}\n      pivot_benchmark: false\n"
-             f"      llmfleet_models_extra: {json.dumps(PORTS)}\n")
+             f"      llmfleet_models_extra: {json.dumps(PORTS)}\n"
+             f"      vllm_install_venv: {STANDIN_VENV}\n      benchmark_vllm_bin: /opt/vllm/bin/vllm\n")
     inv = tmp_path_factory.mktemp("pivot-inventory")
     (inv / "hosts.yml").write_text(hosts)
     os.symlink(os.path.join(REPO, "inventory", "testbed", "group_vars"), inv / "group_vars")
@@ -85,6 +92,7 @@ def pivot(tmp_path_factory, vllm_image, pivot_playbook):
     subprocess.run([HUB, "start", HUB_PORT], check=True)
     subprocess.run([TESTBED, "up", MACHINE, SSH_PORT, vllm_image], check=True, capture_output=True)
     try:
+        subprocess.run([TESTBED, "standin", MACHINE], check=True, capture_output=True)
         first = subprocess.run(["ansible-playbook", "llmfleet.vllm.pivot", "-e", "model=tiny-llama-a"], cwd=project.path,
                                env=project.env, capture_output=True, text=True, check=False)
         assert first.returncode == 0, first.stdout[-4000:]
@@ -263,11 +271,12 @@ def test_corrupt_shard_was_moved_aside_and_is_fetched_again(pivot):
 
 
 def test_flag_vllm_does_not_know_is_refused_before_any_change(pivot):
-    """The unit's command line is parsed by the host's own vLLM in preflight: a bad flag never reaches systemd."""
+    """The unit's command line is parsed by the host's own vLLM in preflight: a bad flag never reaches systemd. (Real
+    vLLM's parser: the stand-in's takes any flag.)"""
     pid = _main_pid("tiny-llama-a")
     bad_b = dict(PORTS["tiny-llama-b"], serving={"extra_args": ["--no-such-flag"]})
     extra = json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-b": bad_b})})
-    result = pivot("-e", "model=tiny-llama-b", "-e", extra)
+    result = pivot("-e", "model=tiny-llama-b", "-e", extra, *REAL_VLLM)
     assert result.returncode != 0
     assert re.search(r"vLLM \d+\.\d+\.\d+\S* rejects the command line of tiny-llama-b: unrecognized arguments: --no-such-flag",
                      result.stdout), result.stdout[-4000:]
@@ -401,7 +410,7 @@ def test_tool_calling_profile_without_a_parsed_call_is_rolled_back(pivot):
     emits a Hermes <tool_call> (and vLLM 0.32 constrains only the envelope when the tool is named, so a forced call
     cannot stand in), so this checks the request and response handling and that the gate rolls back; the passing
     path needs a real agent model (docs/pivot-safety.md)."""
-    result = pivot("-e", "model=tiny-llama-b", "-e", "pivot_profile=tools")
+    result = pivot("-e", "model=tiny-llama-b", "-e", "pivot_profile=tools", *REAL_VLLM)
     assert result.returncode != 0
     out = result.stdout
     assert "stopped before its commit; rolling back: tiny-llama-a serves" in out, out[-6000:]  # the run above's
@@ -472,6 +481,8 @@ def test_slot_b_starts_beside_a_and_shm_cleanup_keeps_what_live_processes_hold(p
     assert (slots["b"]["model"], slots["b"]["port"], slots["b"]["gpu_ids"]) == ("tiny-llama-b", B_PORT, [])
     assert slots["b"]["model_dir"] == "/srv/models/tiny-llama-b" and len(slots["b"]["revision"]) == 40
     # The pivot's shm cleanup ran beside a's live server: what a's processes and the live holder hold is still there.
+    # (a's server holds no segment on this test bed, the stand-in as the real CPU engine in one process, measured in a
+    # real-vLLM run of test_gateway's blue/green pivot: the live holder is what the cleanup must spare.)
     left = set(_ssh("ls -d /dev/shm/* 2>/dev/null").split())
     assert a_segments <= left, (a_segments, left)
     assert "/dev/shm/psm_live_llmfleet_test" in left and "/dev/shm/psm_stale_llmfleet_test" not in left, left

@@ -57,6 +57,9 @@ GATEWAY, GATEWAY_SSH_PORT, GATEWAY_PORT, ALIAS = "fleet-gw", "2276", 8190, "chat
 # A fourth host for the seeding test only (the base rootfs: it stages, it serves nothing).
 STAGER, STAGER_SSH_PORT = "fleet-r4", "2277"
 HUB_URL = f"http://127.0.0.1:{HUB_PORT}"
+# From test 3 on, the hosts' new units run the STAND-IN vLLM server (tests/standin/vllm, testbed.sh standin): tests 3-6
+# are about the rollout's order, gates and failures; tests 1 and 2 roll out and seed with the real engine.
+STANDIN_VENV = "/opt/vllm-standin"
 TIMINGS: dict[str, float] = {}
 
 
@@ -100,7 +103,8 @@ def _healthy(host: str, model: str) -> bool:
         return False
 
 
-def _write_inventory(inv, results, faulty: str | None = None, fault: str = "gate", stager: bool = False) -> None:
+def _write_inventory(inv, results, faulty: str | None = None, fault: str = "gate", stager: bool = False,
+                     standin: bool = False) -> None:
     # Host vars: they win over inventory/testbed/group_vars/all (which points at another hub).
     lines = ["all:", "  hosts:"]
     hosts = {**HOSTS, STAGER: (STAGER_SSH_PORT, HOSTS["fleet-r3"][1])} if stager else HOSTS
@@ -113,6 +117,8 @@ def _write_inventory(inv, results, faulty: str | None = None, fault: str = "gate
         lines += [f"    {host}:", f"      ansible_port: {ssh_port}", f"      llmfleet_models_extra: {json.dumps(extra)}",
                   f"      model_fetch_hf_endpoint: http://127.0.0.1:{HUB_PORT}", "      pivot_benchmark: false",
                   f"      pivot_controller_results_dir: {results}", f"      pivot_alias: {ALIAS}"]
+        if standin:
+            lines.append(f"      vllm_install_venv: {STANDIN_VENV}")
         if host == faulty and fault == "gate":
             # The pivot gate can never pass: the pivot role rolls this host back.
             lines.append("      pivot_gate_min_output_tok_s: 1.0e9")
@@ -136,10 +142,14 @@ def fleet(tmp_path_factory, image):
 
     class Fleet:
         def __init__(self):
-            self.inv, self.results = inv, results
+            self.inv, self.results, self.standin = inv, results, False
 
         def set_fault(self, host: str | None, fault: str = "gate", stager: bool = False) -> None:
-            _write_inventory(inv, results, host, fault, stager)
+            _write_inventory(inv, results, host, fault, stager, self.standin)
+
+        def use_standin(self) -> None:
+            self.standin = True
+            self.set_fault(None)
 
         def rollout(self, name: str, *extra: str) -> subprocess.CompletedProcess:
             env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
@@ -158,6 +168,8 @@ def fleet(tmp_path_factory, image):
     try:
         up_machines([(host, ssh_port, image) for host, (ssh_port, _port) in HOSTS.items()]
                     + [(GATEWAY, GATEWAY_SSH_PORT), (STAGER, STAGER_SSH_PORT)])
+        for host in HOSTS:
+            subprocess.run([TESTBED, "standin", host], check=True, capture_output=True)
         yield Fleet()
     finally:
         print(f"\nrollout timings (s): {TIMINGS}; logs and reports under {results}")
@@ -375,7 +387,9 @@ def test_2b_a_seeding_key_only_reads_one_directory_from_its_address_until_it_exp
 
 def test_3_failed_second_batch_stops_the_rollout(fleet):
     """a -> b in batches of one; fleet-r2 (second batch) answers unlike the canary (fleet parity, issue #30): one numeric
-    setting of its unit differs."""
+    setting of its unit differs. From here on the new units run the stand-in (STANDIN_VENV): its answers depend on the
+    numeric settings as vLLM's do, and the parity key names the engine's version, so the canary records its own."""
+    fleet.use_standin()
     r3_pid = _main_pid("fleet-r3", "tiny-llama-a")
     fleet.set_fault("fleet-r2", "parity")
     try:

@@ -68,6 +68,13 @@ def _stream(base, path, body):
             "text_chunks_have_usage_null": all(c.get("usage") is None for c in chunks[:-1])}
 
 
+def _token_id_form(base, body):
+    status, _type, text = _request(base, "/v1/completions", body)
+    logprobs = json.loads(text)["choices"][0]["logprobs"]
+    names = logprobs["tokens"] + [name for top in logprobs["top_logprobs"] for name in top]
+    return {"status": status, "all_token_id_form": all(re.match(r"^token_id:\d+$", n) for n in names)}
+
+
 def metric_labels(text):
     """{family: sorted label names} of the METRICS families in a Prometheus exposition."""
     found = {}
@@ -91,6 +98,9 @@ def probe(base, model):
         "completion": _json(base, "/v1/completions", prompt),
         "completion_logprobs": _json(base, "/v1/completions", dict(prompt, logprobs=2)),
         "completion_prompt_logprobs": _json(base, "/v1/completions", dict(prompt, prompt_logprobs=1, max_tokens=1)),
+        # As llmfleet.vllm.answer_parity asks: the tokens (and the top logprobs' keys) as "token_id:<id>".
+        "completion_token_ids": _token_id_form(base, dict(prompt, logprobs=2, return_tokens_as_token_ids=True,
+                                                          seed=0, ignore_eos=True)),
         "chat": _json(base, "/v1/chat/completions", chat),
         "chat_logprobs": _json(base, "/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=2)),
         "completion_stream": _stream(base, "/v1/completions", prompt),

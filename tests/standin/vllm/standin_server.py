@@ -35,6 +35,10 @@ def log(message):
     print("(APIServer pid=%d) INFO %s [standin_server.py] %s" % (os.getpid(), stamp, message), flush=True)
 
 
+def token_id(piece):
+    return 2 + int(hashlib.sha256(piece.encode()).hexdigest()[:6], 16) % 32000
+
+
 def tokenize(text):
     """Word pieces and their ids: deterministic, roughly a token per word (and a BOS id 1)."""
     pieces, word = [], ""
@@ -45,16 +49,13 @@ def tokenize(text):
         word += char
     if word:
         pieces.append(word)
-    return [1] + [2 + int(hashlib.sha256(p.encode()).hexdigest()[:6], 16) % 32000 for p in pieces], pieces
+    return [1] + [token_id(p) for p in pieces], pieces
 
 
-def _seed(text):
-    return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16)
-
-
-def generate(prompt_text, n):
-    """n (token, logprob, [(alternative, logprob)]) chosen from the prompt: the same prompt gives the same answer."""
-    seed, out = _seed(prompt_text), []
+def generate(seed_text, n):
+    """n (token, logprob, [(alternative, logprob)]) chosen from the prompt and the model's numerics (seed_text): the
+    same prompt to the same model gives the same answer; another numeric setting gives another."""
+    seed, out = int(hashlib.sha256(seed_text.encode()).hexdigest()[:12], 16), []
     for i in range(n):
         pick = (seed >> (i % 40)) + i * 7
         token = WORDS[pick % len(WORDS)]
@@ -104,8 +105,9 @@ class Metrics:
 
 
 class Server:
-    def __init__(self, model_path, names, max_model_len, api_key, token_delay):
+    def __init__(self, model_path, names, max_model_len, api_key, token_delay, numerics=""):
         self.model_path, self.names, self.max_model_len = model_path, names, max_model_len
+        self.numerics = numerics  # what vLLM's numbers would depend on: the model's config, --hf-overrides, --dtype
         self.api_key, self.token_delay = api_key, token_delay
         self.created = int(time.time())
         self.metrics = Metrics(names[0])
@@ -138,13 +140,16 @@ class Server:
         return usage
 
     @staticmethod
-    def completion_logprobs(tokens, top):
+    def completion_logprobs(tokens, top, as_ids=False):
         offsets, at = [], 0
         for token, _lp, _alts in tokens:
             offsets.append(at)
             at += len(token)
-        return {"text_offset": offsets, "token_logprobs": [lp for _t, lp, _a in tokens], "tokens": [t for t, _l, _a in tokens],
-                "top_logprobs": [dict(alts[:max(top, 1)]) for _t, _l, alts in tokens]}
+
+        def name(token):
+            return "token_id:%d" % token_id(token) if as_ids else token
+        return {"text_offset": offsets, "token_logprobs": [lp for _t, lp, _a in tokens], "tokens": [name(t) for t, _l, _a in tokens],
+                "top_logprobs": [{name(a): alp for a, alp in alts[:max(top, 1)]} for _t, _l, alts in tokens]}
 
     @staticmethod
     def chat_logprobs(tokens, top):
@@ -172,7 +177,7 @@ class Server:
             text = text[0] if text else ""
         prompt_ids, pieces = tokenize(text)
         n = self.check(body, prompt_ids)
-        tokens = generate(text, n)
+        tokens = generate(self.numerics + "\n" + text, n)
         finish = "length"
         response = self.common(kind, body)
         if kind == "chat":
@@ -187,7 +192,8 @@ class Server:
         else:
             logprobs = body.get("logprobs")
             choice = {"index": 0, "text": "".join(t for t, _l, _a in tokens),
-                      "logprobs": self.completion_logprobs(tokens, int(logprobs)) if logprobs is not None else None,
+                      "logprobs": self.completion_logprobs(tokens, int(logprobs), bool(body.get("return_tokens_as_token_ids")))
+                      if logprobs is not None else None,
                       "finish_reason": finish, "stop_reason": None, "token_ids": None,
                       "prompt_logprobs": self.prompt_logprobs(prompt_ids, pieces) if body.get("prompt_logprobs") is not None else None,
                       "prompt_token_ids": None, "routed_experts": None}
@@ -359,8 +365,10 @@ def serve(args):
         print("ERROR standin: cannot serve %s (config.json): %s" % (args.model, exc), file=sys.stderr, flush=True)
         return 1
     names = args.served_model_name or [args.model]
+    with open(os.path.join(args.model, "config.json")) as handle:
+        numerics = json.dumps([json.load(handle), args.hf_overrides, args.dtype], sort_keys=True)
     server = Server(args.model, names, max_model_len, os.environ.get("VLLM_API_KEY") or args.api_key,
-                    float(os.environ.get("LLMFLEET_STANDIN_TOKEN_DELAY_S", "0.002")))
+                    float(os.environ.get("LLMFLEET_STANDIN_TOKEN_DELAY_S", "0.002")), numerics)
     log("vLLM API server version %s (STAND-IN, tests/standin)" % VERSION)
     log("non-default args: %s" % json.dumps({"model": args.model, "port": args.port, "served_model_name": names}))
     time.sleep(float(os.environ.get("LLMFLEET_STANDIN_START_DELAY_S", "0")))

@@ -15,6 +15,9 @@ class ServeSubcommand:
         parser.add_argument("--served-model-name", nargs="+", default=None)
         parser.add_argument("--max-model-len", default=None)
         parser.add_argument("--api-key", default=None)
+        # The stand-in's answers depend on these as vLLM's numbers would (answer parity sees them change).
+        parser.add_argument("--hf-overrides", default=None)
+        parser.add_argument("--dtype", default=None)
         parser.set_defaults(dispatch_function=self.cmd)
         return parser
 
