@@ -44,7 +44,13 @@ step "integration and molecule, in parallel (logs: tests/output/logs/)"
 # Each stream stops itself in time to print what it did (CI stops the whole job at 90 min): pytest
 # gets SIGINT first, so its summary and --durations still reach the log.
 stream_limit_s=${LLMFLEET_STREAM_LIMIT_S:-4200}
-bounded() { timeout --signal=INT --kill-after=120 "$stream_limit_s" "$@"; }
+stream_started=$SECONDS
+# What is left of the stream's limit: a stream's second command gets only the rest.
+bounded() {
+  local left=$((stream_limit_s - (SECONDS - stream_started)))
+  ((left > 0)) || left=1  # timeout 0 would mean no limit
+  timeout --signal=INT --kill-after=120 "$left" "$@"
+}
 # What memory and vLLM servers looked like over the run: test hosts share the box's 24 GB, and an
 # OOM-killed server reads like a server that never starts.
 oom_kills() { awk '$1 == "oom_kill" {print $2}' /proc/vmstat; }
@@ -56,7 +62,7 @@ oom_before=$(oom_kills)
 sampler=$!
 trap 'kill $sampler 2>/dev/null' EXIT
 pytest_opts=(-v --durations=40)
-# Two streams of about equal length, from measured durations (docs/testbed.md): the integration modules, then every
+# Two streams of about equal length, from the modules' measured durations (docs/testbed.md): the integration modules, then every
 # molecule scenario; the gateway and fleet rollout modules (the longest ones). test_pivot_faults.py and the rollout's
 # tests 3-6 run the stand-in vLLM server (tests/standin) since issue 41, which shortened stream 1 the most, so the
 # molecule scenarios moved behind it. Every module and scenario has hosts and ports of its own.

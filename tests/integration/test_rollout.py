@@ -388,7 +388,9 @@ def test_2b_a_seeding_key_only_reads_one_directory_from_its_address_until_it_exp
 def test_3_failed_second_batch_stops_the_rollout(fleet):
     """a -> b in batches of one; fleet-r2 (second batch) answers unlike the canary (fleet parity, issue #30): one numeric
     setting of its unit differs. From here on the new units run the stand-in (STANDIN_VENV): its answers depend on the
-    numeric settings as vLLM's do, and the parity key names the engine's version, so the canary records its own."""
+    numeric settings as vLLM's do, and the parity key names the engine's version, so the canary records its own. The
+    canary's throughput gate compares the stand-in's tokens/s with what real vLLM served in test 1 (only the
+    mechanism is tested here, at a ratio of 0.05; test 5 has it fail)."""
     fleet.use_standin()
     r3_pid = _main_pid("fleet-r3", "tiny-llama-a")
     fleet.set_fault("fleet-r2", "parity")
@@ -431,6 +433,7 @@ def test_3_failed_second_batch_stops_the_rollout(fleet):
 
 
 def test_4_rerun_continues_where_it_stopped(fleet):
+    fleet.use_standin()  # as from test 3 (each of tests 3-6 says so: any of them may be re-run alone)
     r1_pid = _main_pid("fleet-r1", "tiny-llama-b")
     with _fleet_client() as client:
         result = fleet.rollout("4-a-to-b-rerun", "-e", "model=tiny-llama-b", "-e", "rollout_batch_size=2",
@@ -462,6 +465,7 @@ def test_4_rerun_continues_where_it_stopped(fleet):
 
 def test_5_canary_failing_its_gate_stops_the_fleet(fleet):
     """b -> a with a canary ratio no model can reach (-e strings): the canary is put back, no other host changes."""
+    fleet.use_standin()
     pids = {host: _main_pid(host, "tiny-llama-b") for host in ("fleet-r2", "fleet-r3")}
     result = fleet.rollout("5-b-to-a-canary-gate", "-e", "model=tiny-llama-a", "-e", "rollout_batch_size=2",
                            "-e", "rollout_min_tok_s_ratio=1000", "-e", "rollout_canary_rollback=true")
@@ -481,6 +485,7 @@ def test_6_failure_within_max_fail_percentage_continues(fleet):
     """b -> a without canary in batches of 2, 50 % allowed to fail: fleet-r2 fails in the first batch (its preflight
     refuses, so it keeps serving b untouched), which is within the budget, so the second batch (fleet-r3) still runs.
     (test 3 shows a batch past the budget stopping.)"""
+    fleet.use_standin()
     r2_pid = _main_pid("fleet-r2", "tiny-llama-b")
     fleet.set_fault("fleet-r2", "preflight")
     try:

@@ -8,16 +8,17 @@ tests/integration/test_standin_contract.py compares `probe()` of the stand-in se
 from __future__ import annotations
 
 import json
+import os
 import re
 import urllib.error
 import urllib.request
 
-# The metric families the collection reads (roles/pivot's drain, the gate, llmfleet.vllm.serving_metrics, the
-# dashboards of roles/observability), and the labels each sample carries.
-METRICS = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total",
-           "vllm:prompt_tokens_total", "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total",
-           "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
-           "vllm:request_queue_time_seconds_bucket")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The vLLM metric families the dashboards and alerts read (roles/observability's metric contract, built from them),
+# and those the drain and the gate read.
+with open(os.path.join(REPO, "roles", "observability", "files", "metric-contract.json")) as _handle:
+    METRICS = tuple(sorted({m["metric"] for m in json.load(_handle)["metrics"] if m["source"] == "vllm"}
+                           | {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total"}))
 
 
 def shape(value):
@@ -49,9 +50,19 @@ def _request(base, path, body=None):
         return err.code, err.headers.get("Content-Type", ""), err.read().decode()
 
 
-def _json(base, path, body=None):
+def _json(base, path, body=None, values=None):
+    """Status and shape; values: {name: function of the decoded body} for the few values clients act on."""
     status, _type, text = _request(base, path, body)
-    return {"status": status, "shape": shape(json.loads(text)) if text.strip() else None}
+    decoded = json.loads(text) if text.strip() else None
+    found = {"status": status, "shape": shape(decoded) if decoded is not None else None}
+    if values:
+        found["values"] = {name: pick(decoded) for name, pick in sorted(values.items())}
+    return found
+
+
+COMPLETION_VALUES = {"object": lambda b: b["object"], "finish_reason": lambda b: b["choices"][0]["finish_reason"],
+                     "choices": lambda b: len(b["choices"]), "completion_tokens": lambda b: b["usage"]["completion_tokens"]}
+ERROR_VALUES = {"type": lambda b: b["error"]["type"], "code": lambda b: b["error"]["code"], "param": lambda b: b["error"]["param"]}
 
 
 def _stream(base, path, body):
@@ -63,7 +74,11 @@ def _stream(base, path, body):
     chunks = [json.loads(p) for p in payloads[:-1]]
     return {"status": status, "content_type": ctype.split(";")[0],
             "framing": sorted({e.split(": ", 1)[0] + ": " for e in events}), "last": payloads[-1],
-            "first_chunk": shape(chunks[0]), "second_chunk": shape(chunks[1]), "usage_chunk": shape(chunks[-1]),
+            "first_chunk": shape(chunks[0]), "usage_chunk": shape(chunks[-1]),
+            # every chunk's shape, the last text chunk (the one with finish_reason) included
+            "chunk_shapes": sorted({json.dumps(shape(c), sort_keys=True) for c in chunks}),
+            "last_finish_reason": [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1],
+            "completion_tokens": chunks[-1]["usage"]["completion_tokens"],
             "usage_chunk_has_no_choices": chunks[-1]["choices"] == [],
             "text_chunks_have_usage_null": all(c.get("usage") is None for c in chunks[:-1])}
 
@@ -76,13 +91,14 @@ def _token_id_form(base, body):
 
 
 def metric_labels(text):
-    """{family: sorted label names} of the METRICS families in a Prometheus exposition."""
+    """{family: {labels: every label name of its samples, le: the bucket bounds}} of the METRICS in an exposition."""
     found = {}
     for line in text.splitlines():
         match = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? ", line)
         if match and match.group(1) in METRICS:
-            labels = sorted(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="', match.group(3) or ""))
-            found.setdefault(match.group(1), sorted(set(labels) | set(found.get(match.group(1), []))))
+            family = found.setdefault(match.group(1), {"labels": [], "le": []})
+            family["labels"] = sorted(set(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="', match.group(3) or "")) | set(family["labels"]))
+            family["le"] += re.findall(r'le="([^"]+)"', match.group(3) or "")
     return found
 
 
@@ -95,18 +111,21 @@ def probe(base, model):
         "health": _request(base, "/health")[0],
         "version": _json(base, "/version"),
         "models": _json(base, "/v1/models"),
-        "completion": _json(base, "/v1/completions", prompt),
+        "completion": _json(base, "/v1/completions", prompt, COMPLETION_VALUES),
         "completion_logprobs": _json(base, "/v1/completions", dict(prompt, logprobs=2)),
         "completion_prompt_logprobs": _json(base, "/v1/completions", dict(prompt, prompt_logprobs=1, max_tokens=1)),
         # As llmfleet.vllm.answer_parity asks: the tokens (and the top logprobs' keys) as "token_id:<id>".
         "completion_token_ids": _token_id_form(base, dict(prompt, logprobs=2, return_tokens_as_token_ids=True,
                                                           seed=0, ignore_eos=True)),
-        "chat": _json(base, "/v1/chat/completions", chat),
+        "chat": _json(base, "/v1/chat/completions", chat, dict(COMPLETION_VALUES)),
         "chat_logprobs": _json(base, "/v1/chat/completions", dict(chat, logprobs=True, top_logprobs=2)),
         "completion_stream": _stream(base, "/v1/completions", prompt),
         "chat_stream": _stream(base, "/v1/chat/completions", chat),
-        "unknown_model": _json(base, "/v1/completions", dict(prompt, model="no-such-model")),
-        "bad_request": _json(base, "/v1/completions", dict(prompt, max_tokens=-1)),
+        "unknown_model": _json(base, "/v1/completions", dict(prompt, model="no-such-model"), ERROR_VALUES),
+        "bad_request": _json(base, "/v1/completions", dict(prompt, max_tokens=-1), ERROR_VALUES),
+        "too_long": _json(base, "/v1/completions", dict(prompt, max_tokens=100000), ERROR_VALUES),
+        "unknown_path": _request(base, "/v1/no-such-path")[0],
+        "wrong_method": _request(base, "/v1/completions")[0],
         "tokenize": _json(base, "/tokenize", {"model": model, "prompt": "Hello world"}),
         "metrics_status": status,
         "metrics": metric_labels(metrics),

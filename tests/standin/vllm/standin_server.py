@@ -6,7 +6,7 @@ answers at once with deterministic text and logprobs derived from the prompt (th
 
 tests/integration/test_standin_contract.py holds it to the real vLLM server's shape in every CI run (endpoints, error
 bodies, SSE framing, /version, logprob fields, the metrics the collection reads). Standard library only: the test
-bed puts it in /opt/vllm-standin (tools/testbed/standin.sh); nothing in roles/ selects it.
+bed puts it in /opt/vllm-standin (tools/testbed/testbed.sh standin); nothing in roles/ selects it.
 
 Endpoints: /health, /version, /v1/models, /v1/completions, /v1/chat/completions (stream or not; logprobs,
 prompt_logprobs), /tokenize, /metrics. VLLM_API_KEY guards /v1/* as vLLM does. LLMFLEET_STANDIN_TOKEN_DELAY_S (default
@@ -26,8 +26,21 @@ import uuid
 VERSION = "0.0.0+standin"
 WORDS = (" the", " a", " model", " answer", " is", " here", " and", " it", " works", " well", " on", " time", " fleet",
          " of", " hosts", " serving", " tokens", " quickly", ".", ",")
-BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed"}
+# vLLM's bucket bounds of each histogram the collection reads (vLLM 0.32 CPU, tests/standin/contract.py compares them).
+_LATENCY = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
+            1920.0, 7680.0)
+BUCKETS = {
+    "time_to_first_token_seconds": (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                                    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+    "inter_token_latency_seconds": (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                                    20.0, 40.0, 80.0),
+    "request_queue_time_seconds": _LATENCY,
+    "e2e_request_latency_seconds": _LATENCY,
+}
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+           500: "Internal Server Error"}
+GET_PATHS = ("/health", "/version", "/metrics", "/v1/models")
+POST_PATHS = ("/v1/completions", "/v1/chat/completions", "/tokenize")
 
 
 def log(message):
@@ -79,8 +92,7 @@ class Metrics:
         self.labels = 'engine="0",model_name="%s"' % model
         self.running = self.waiting = 0
         self.prompt_tokens = self.generation_tokens = 0
-        self.histograms = {"time_to_first_token_seconds": [], "inter_token_latency_seconds": [],
-                           "request_queue_time_seconds": []}
+        self.histograms = {name: [] for name in BUCKETS}
 
     def observe(self, name, value):
         self.histograms[name].append(value)
@@ -96,8 +108,8 @@ class Metrics:
             lines += ["# TYPE vllm:%s %s" % (name, kind), "vllm:%s{%s} %s" % (name, self.labels, float(value))]
         for name, values in self.histograms.items():
             lines.append("# TYPE vllm:%s histogram" % name)
-            for bound in BUCKETS + (math.inf,):
-                le = "+Inf" if bound == math.inf else repr(bound)
+            for bound in BUCKETS[name] + (math.inf,):
+                le = "+Inf" if bound == math.inf else repr(float(bound))
                 lines.append('vllm:%s_bucket{%s,le="%s"} %s' % (name, self.labels, le, float(sum(v <= bound for v in values))))
             lines.append("vllm:%s_sum{%s} %s" % (name, self.labels, float(sum(values))))
             lines.append("vllm:%s_count{%s} %s" % (name, self.labels, float(len(values))))
@@ -111,6 +123,7 @@ class Server:
         self.api_key, self.token_delay = api_key, token_delay
         self.created = int(time.time())
         self.metrics = Metrics(names[0])
+        self.writers, self.stopping = set(), False
 
     # -- requests ---------------------------------------------------------------------------------------------------
     def check(self, body, prompt_ids):
@@ -120,6 +133,10 @@ class Server:
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
             raise ApiError(400, "max_tokens must be at least 1, got %s. (parameter=max_tokens, value=%s)" % (max_tokens, max_tokens),
+                           "BadRequestError", "max_tokens")
+        if max_tokens is not None and max_tokens > self.max_model_len:
+            raise ApiError(400, "max_tokens=%d cannot be greater than max_model_len=%d. Please request fewer output tokens. "
+                           "(parameter=max_tokens, value=%d)" % (max_tokens, self.max_model_len, max_tokens),
                            "BadRequestError", "max_tokens")
         room = self.max_model_len - len(prompt_ids)
         if room < 1 or (max_tokens or 0) > room:
@@ -232,9 +249,14 @@ class Server:
 
     # -- HTTP ---------------------------------------------------------------------------------------------------------
     async def handle(self, reader, writer):
+        self.writers.add(writer)
         try:
-            while True:
-                request = await self.read_request(reader)
+            while not self.stopping:
+                try:
+                    request = await self.read_request(reader)
+                except (ValueError, UnicodeDecodeError):
+                    await self.send(writer, 400, ApiError(400, "malformed HTTP request", "BadRequestError").body(), keep=False)
+                    break
                 if request is None:
                     break
                 keep = await self.respond(writer, *request)
@@ -243,6 +265,7 @@ class Server:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
+            self.writers.discard(writer)
             writer.close()
 
     @staticmethod
@@ -250,7 +273,7 @@ class Server:
         line = await reader.readline()
         if not line:
             return None
-        method, path, _version = line.decode("latin-1").split(" ", 2)
+        method, path, version = line.decode("latin-1").split(" ", 2)
         headers = {}
         while True:
             header = await reader.readline()
@@ -258,7 +281,11 @@ class Server:
                 break
             name, _colon, value = header.decode("latin-1").partition(":")
             headers[name.strip().lower()] = value.strip()
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            raise ValueError("chunked request bodies are not read by the stand-in")
         body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+        if version.strip() == "HTTP/1.0" and headers.get("connection", "").lower() != "keep-alive":
+            headers["connection"] = "close"
         return method, path.split("?", 1)[0], headers, body
 
     @staticmethod
@@ -272,7 +299,9 @@ class Server:
 
     async def respond(self, writer, method, path, headers, raw):
         keep = headers.get("connection", "").lower() != "close"
-        if path == "/health":
+        if (path in GET_PATHS and method != "GET") or (path in POST_PATHS and method != "POST"):
+            await self.send(writer, 405, {"detail": "Method Not Allowed"}, keep=keep)
+        elif path == "/health":
             await self.send(writer, 200, b"", keep=keep)
         elif path == "/version":
             await self.send(writer, 200, {"version": VERSION}, keep=keep)
@@ -285,10 +314,17 @@ class Server:
         elif path in ("/v1/completions", "/v1/chat/completions", "/tokenize") and method == "POST":
             try:
                 body = json.loads(raw or b"{}")
-            except ValueError:
-                await self.send(writer, 400, ApiError(400, "invalid JSON body", "BadRequestError").body(), keep=keep)
+                if not isinstance(body, dict):
+                    raise ValueError("the body must be a JSON object")
+            except ValueError as exc:
+                await self.send(writer, 400, ApiError(400, "invalid request body: %s" % exc, "BadRequestError").body(), keep=keep)
                 return keep
-            return await self.generate(writer, path, body, keep)
+            try:
+                return await self.generate(writer, path, body, keep)
+            except (TypeError, ValueError, AttributeError, KeyError) as exc:  # what the stand-in cannot read: vLLM says 400
+                await self.send(writer, 400, ApiError(400, "the stand-in cannot read this request: %s" % exc,
+                                                      "BadRequestError").body(), keep=False)
+                return False
         else:
             await self.send(writer, 404, {"detail": "Not Found"}, keep=keep)
         return keep
@@ -312,10 +348,12 @@ class Server:
             if not body.get("stream"):
                 prompt_ids, tokens, response = self.answer(kind, body)
                 self.metrics.running += 1
+                started = time.monotonic()
                 try:
                     await asyncio.sleep(self.token_delay * len(tokens))
                 finally:
                     self.metrics.running -= 1
+                self.metrics.observe("e2e_request_latency_seconds", time.monotonic() - started)
                 self.metrics.prompt_tokens += len(prompt_ids)
                 self.metrics.generation_tokens += len(tokens)
                 self.metrics.observe("request_queue_time_seconds", 0.0)
@@ -326,7 +364,7 @@ class Server:
             await self.send(writer, err.status, err.body(), keep=keep)
             return keep
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-                     b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+                     b"transfer-encoding: chunked\r\nconnection: %s\r\n\r\n" % (b"keep-alive" if keep else b"close"))
 
         async def write(event):
             data = ("data: %s\n\n" % json.dumps(event, separators=(",", ":"))).encode()
@@ -334,6 +372,7 @@ class Server:
             await writer.drain()
 
         self.metrics.running += 1
+        started = time.monotonic()
         self.metrics.observe("request_queue_time_seconds", 0.0)
         self.metrics.prompt_tokens += len(tokenize(self.chat_prompt(body) if kind == "chat" else body.get("prompt", ""))[0])
         try:
@@ -343,7 +382,8 @@ class Server:
             await writer.drain()
         finally:
             self.metrics.running -= 1
-        return False
+            self.metrics.observe("e2e_request_latency_seconds", time.monotonic() - started)
+        return keep
 
 
 def max_model_len_of(model_path, given):
@@ -379,10 +419,18 @@ def serve(args):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        log("Starting vLLM API server 0 on http://%s:%d" % (args.host or "0.0.0.0", args.port))
+        log("Starting vLLM server on http://%s:%d" % (args.host or "0.0.0.0", args.port))
         log("Application startup complete.")
-        async with listener:
-            await stop.wait()
+        await stop.wait()
+        # As vLLM on SIGTERM: no new connection; the requests in flight get a few seconds to end, then every
+        # connection (idle keep-alive ones too) is closed.
+        server.stopping = True
+        listener.close()
+        deadline = time.monotonic() + 5
+        while server.metrics.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for writer in list(server.writers):
+            writer.close()
         log("Shutting down")
 
     asyncio.run(main())
