@@ -28,6 +28,9 @@
 #            a new commit of B on the hub (stop-then-start)
 #   pivot-revslow|revfast|revfast2|revslow2  new commits of B, stop-then-start: -e llmfleet_fast_start=false (the old
 #            path) and fast start (armed beside the old B; issue 45)
+#   pivot-revfew|revfew2  the same with the profile fewgraphs (9 CUDA graph sizes; item 4)
+#   cachefleet / cacheseed, pivot-revcold|revseed  a copy of the unit's JIT caches kept as the fleet's, the host's
+#            emptied (revcold: a host that never compiled), then the copy laid in (revseed: given the fleet's cache)
 #   pivot-sfirst|sgatefail|rgatefail|sleep|wakeback|reloadback  rollback by wake (issue 33, see pivot_run), then
 #   expiry   wait until the timer of the last sleep stopped B
 #   observe  playbooks/observability.yml on the GPU host (issue 31): the GPU textfile timer (NVML), the host's textfile
@@ -263,6 +266,21 @@ for m in ("a", "b"):
     print(m, info.get("sha"), len(info.get("siblings") or []), "files")' | tee $RES/hub-repos.txt
 }
 
+# The unit's JIT caches (vLLM's compile cache and Triton's kernels, issue 45 item 2): cachefleet keeps a copy as "the
+# fleet's cache" and empties the host's (a host that never compiled); cacheseed empties it again and lays the copy in,
+# owned as the cache directory is (the copy by hand: what seeding does once its manifest is verified).
+JIT_DIRS="vllm .triton torchinductor .nv"
+cache_fleet() {
+  inside sh -c "cd /var/cache/llmfleet-vllm && rm -rf $CARRY/fleetcache && mkdir -p $CARRY/fleetcache && cp -a vllm .triton $CARRY/fleetcache/ \
+    && rm -rf $JIT_DIRS && du -s $CARRY/fleetcache/* && ls -la" 2>&1 | tee $RES/cache-fleet.txt
+  [ ${PIPESTATUS[0]} -eq 0 ]
+}
+cache_seed() {
+  inside sh -c "cd /var/cache/llmfleet-vllm && du -s $JIT_DIRS; rm -rf $JIT_DIRS && cp -a $CARRY/fleetcache/. . \
+    && chown -R --reference=. vllm .triton && du -s vllm .triton && ls -la" 2>&1 | tee $RES/cache-seed.txt
+  [ ${PIPESTATUS[0]} -eq 0 ]
+}
+
 client_start() {
   rm -f $RES/client.stop
   inside systemd-run --unit=gpuhost-client --collect -p StandardOutput=append:$RES/client.log -p StandardError=append:$RES/client.log \
@@ -307,6 +325,11 @@ pivot_run() {
     # The weight loaders (item 3), each a fast revision pivot with the profile of gpuhost-vars.yml.
     revrunai|revfastst) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main \
       -e pivot_profile=$([ $name = revrunai ] && echo runai || echo fastst) ;;
+    # Item 4: fewer CUDA graph sizes (the profile's first start compiles for its new key, the second is warm).
+    revfew|revfew2) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main -e pivot_profile=fewgraphs ;;
+    # Item 2's premise: a host that never compiled (revcold, after cachefleet) and one given the fleet's cache
+    # (revseed, after cacheseed), both fast revision pivots with the default profile.
+    revcold|revseed) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main ;;
     # Rollback by wake (issue 33): A's unit gets sleep mode; B fails its gate and A wakes; B fails again without
     # sleep and A restarts; B passes and A sleeps; A again is a wake (B sleeps, 60 s); B once B's timer stopped it.
     sfirst) set -- -e model=gpuhost-llama1b-a -e pivot_gateway=true -e pivot_alias=chat -e pivot_sleep_previous=true ;;
@@ -416,6 +439,8 @@ gpuhost_phase() {
     loaders) rm -rf $CARRY/loaders && cp -a "$repo/.whl/loaders" $CARRY/loaders \
       && inside $PY -m pip install -q --no-index --no-compile --find-links $CARRY/loaders fastsafetensors runai-model-streamer \
       && inside $PY -c 'import fastsafetensors, runai_model_streamer; print("loaders", fastsafetensors.__file__, runai_model_streamer.__file__)' ;;
+    cachefleet) cache_fleet ;;
+    cacheseed) cache_seed ;;
     client-start) client_start ;;
     client-stop) client_stop ;;
     pivot-*) pivot_run "${phase#pivot-}" ;;
