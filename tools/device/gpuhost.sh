@@ -326,7 +326,7 @@ pivot_run() {
     revrunai|revfastst) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main \
       -e pivot_profile=$([ $name = revrunai ] && echo runai || echo fastst) ;;
     # Item 4: fewer CUDA graph sizes (the profile's first start compiles for its new key, the second is warm).
-    revfew|revfew2) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main -e pivot_profile=fewgraphs ;;
+    revfew|revfew2|revfew3) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main -e pivot_profile=fewgraphs ;;
     # Item 2's premise: a host that never compiled (revcold, after cachefleet) and one given the fleet's cache
     # (revseed, after cacheseed), both fast revision pivots with the default profile.
     revcold|revseed) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main ;;
@@ -341,6 +341,8 @@ pivot_run() {
     reloadback) set -- -e model=gpuhost-llama1b-b -e pivot_blue_green=false ;;
     *) echo "unknown pivot $name"; return 1 ;;
   esac
+  # More pivot variables for this call (e.g. PIVOT_EXTRA="-e pivot_prune=true" when the disk runs short).
+  set -- "$@" ${PIVOT_EXTRA:-}
   sync_repo
   local t0=$SECONDS rc
   inside env PYTHONPATH=$CARRY/coll:$CARRY/site ANSIBLE_COLLECTIONS_PATH=$CARRY/coll ANSIBLE_NOCOLOR=1 \

@@ -65,7 +65,8 @@ keep = re.compile(r"systemd\[1\]: (Start|Stopp|Stopped|Deactivated)|version 0\.2
 lines = [line for line in open(os.path.join(res, "journal-units.txt"))
          if ("vllm-gpuhost" in line or "llmfleet-asleep" in line) and keep.search(line) and "POST /v1" not in line]
 write("journal-vllm.txt", "".join(lines))
-for name in ("hub-repos.txt", "hub-publish.txt", "inspect-gpuhost-llama1b-b.json", "expiry.txt"):
+for name in ("hub-repos.txt", "hub-publish.txt", "inspect-gpuhost-llama1b-b.json", "expiry.txt", "cache-sizes.txt",
+             "cache-fleet.txt", "cache-seed.txt"):
     if not os.path.exists(os.path.join(res, name)):
         continue
     with open(os.path.join(res, name)) as handle:
