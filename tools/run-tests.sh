@@ -40,17 +40,7 @@ wait "$images" || { tail -50 "$logs/images.log"; exit 1; }
 trap - INT TERM
 grep -E "^\[testbed\]" "$logs/images.log" | tail -5
 
-step "integration and molecule, in parallel (logs: tests/output/logs/)"
-# Each stream stops itself in time to print what it did (CI stops the whole job at 90 min): pytest
-# gets SIGINT first, so its summary and --durations still reach the log.
-stream_limit_s=${LLMFLEET_STREAM_LIMIT_S:-4200}
-stream_started=$SECONDS
-# What is left of the stream's limit: a stream's second command gets only the rest.
-bounded() {
-  local left=$((stream_limit_s - (SECONDS - stream_started)))
-  ((left > 0)) || left=1  # timeout 0 would mean no limit
-  timeout --signal=INT --kill-after=120 "$left" "$@"
-}
+step "integration and molecule: jobs on two workers, longest first (tools/ci/jobs.tsv; logs: tests/output/logs/)"
 # What memory and vLLM servers looked like over the run: test hosts share the box's 24 GB, and an
 # OOM-killed server reads like a server that never starts.
 oom_kills() { awk '$1 == "oom_kill" {print $2}' /proc/vmstat; }
@@ -61,34 +51,21 @@ oom_before=$(oom_kills)
   done >"$logs/resources.log" ) &
 sampler=$!
 trap 'kill $sampler 2>/dev/null' EXIT
-pytest_opts=(-v --durations=40)
-# Two streams of about equal length, from the modules' measured durations (docs/testbed.md): the integration modules, then every
-# molecule scenario; the gateway and fleet rollout modules (the longest ones). test_pivot_faults.py and the rollout's
-# tests 3-6 run the stand-in vLLM server (tests/standin) since issue 41, which shortened stream 1 the most, so the
-# molecule scenarios moved behind it. Every module and scenario has hosts and ports of its own.
-{ bounded pytest "${pytest_opts[@]}" tests/integration --ignore=tests/integration/test_rollout.py --ignore=tests/integration/test_gateway.py \
-    >"$logs/integration.log" 2>&1; integration_rc=$(($? != 0))
-  bounded make -s molecule >"$logs/molecule.log" 2>&1; molecule_rc=$(($? != 0))
-  exit $((molecule_rc * 2 + integration_rc)); } &
-integration=$!
-{ bounded pytest "${pytest_opts[@]}" tests/integration/test_gateway.py tests/integration/test_rollout.py >"$logs/rollout.log" 2>&1
-  exit $(($? != 0)); } &
-second=$!
-wait $second; rollout_rc=$?
-wait $integration; first_rc=$?
-integration_rc=$((first_rc % 2)); molecule_rc=$((first_rc / 2))
+# Each job stops itself in time to print what it did (CI stops the whole job at 90 min): pytest gets SIGINT first,
+# so its summary and --durations still reach the log.
+tools/ci/run-jobs.sh 2 "${LLMFLEET_STREAM_LIMIT_S:-4200}"; jobs_rc=$?
 
 step "resources: least memory available, most vLLM servers at once, OOM kills during the run"
 sort -t= -k2 -n "$logs/resources.log" | head -1
 sort -t= -k3 -n "$logs/resources.log" | tail -1
 echo "oom_kill: $(($(oom_kills) - oom_before))"
-step "molecule (rc=$molecule_rc)"
-grep -E "^=== molecule scenario|➜ .*(Executed|ERROR)|^ERROR|CRITICAL|failed=[1-9]" "$logs/molecule.log" | tail -60
-((molecule_rc == 0)) || tail -120 "$logs/molecule.log"
-step "integration: gateway and fleet rollout (rc=$rollout_rc)"
-if ((rollout_rc != 0)); then grep -E "^(FAILED|ERROR)" "$logs/rollout.log"; tail -150 "$logs/rollout.log"; fi
-sed -n '/slowest .* durations/,$p' "$logs/rollout.log" | head -30
-step "integration (rc=$integration_rc)"
-if ((integration_rc != 0)); then grep -E "^(FAILED|ERROR)" "$logs/integration.log"; tail -150 "$logs/integration.log"; fi
-sed -n '/slowest .* durations/,$p' "$logs/integration.log" | head -45
-((molecule_rc == 0 && rollout_rc == 0 && integration_rc == 0))
+while IFS=$'\t' read -r job rc _rest; do
+  log=$logs/$job.log
+  step "$job (rc=$rc)"
+  case $job in
+    molecule-*) grep -E "➜ .*(Executed|ERROR)|^ERROR|CRITICAL|failed=[1-9]" "$log" | tail -20 ;;
+    *) sed -n '/seconds per test module/,$p' "$log" | head -50 ;;
+  esac
+  ((rc == 0)) || { grep -E "^(FAILED|ERROR)" "$log"; tail -150 "$log"; }
+done <"$logs/jobs.tsv"
+exit $jobs_rc

@@ -45,6 +45,7 @@ from continuous_client import ContinuousClient, log_summary  # noqa: E402  pylin
 
 sys.path.insert(0, os.path.join(REPO, "tools", "crash"))
 import harness  # noqa: E402  pylint: disable=wrong-import-position
+import bulk_refusals  # noqa: E402  pylint: disable=wrong-import-position
 
 sys.path.insert(0, os.path.join(REPO, "tests"))
 from prometheus_server import PrometheusServer, debian_prometheus_bin  # noqa: E402  pylint: disable=wrong-import-position
@@ -164,7 +165,9 @@ def test_first_model_serves_behind_the_gateway_on_loopback(pivot):
     assert (slot["model"], slot["alias"], slot["port"], slot["standby_port"]) == ("tiny-llama-a", "chat", A_PORT, B_PORT)
 
 
-@pytest.mark.parametrize("extra, message", [
+# Bad gateway input (issue 41 item 4): most in one ansible-playbook run (tests/integration/bulk_refusals.py: a play
+# and an inventory alias of this machine per case), a few on the real CLI so that -e's strings stay tested there.
+BAD_GATEWAY_INPUT = [
     (["-e", f"gateway_port={A_PORT}"], f"gateway_port {A_PORT} is a port of slot default"),
     (["-e", "slot=other", "-e", "pivot_alias=chat"], "pivot_alias=chat is already the name of slot default"),
     (["-e", "gateway_tls_cert_file=/etc/llmfleet/no-such.pem"], "gateway_tls_cert_file /etc/llmfleet/no-such.pem does not exist"),
@@ -188,24 +191,47 @@ def test_first_model_serves_behind_the_gateway_on_loopback(pivot):
      "observability_target_labels: the label slot clashes with a label the collection sets"),
     (["-e", "observability_targets_dir=READONLY"], "observability_targets_dir READONLY on localhost cannot be written"),
     (["-e", f"gateway_metrics_port={GW_PORT}"], "gateway_metrics_port must be 0 (no metrics listener) or a TCP port"),
-])
-def test_bad_gateway_input_is_refused_before_any_change(pivot, extra, message, tmp_path):
+]
+# On the real CLI: a number given as a string, a JSON list, a path on the controller made read-only for the test.
+ON_THE_CLI = (0, 4, 13)
+
+
+def _refused_before_any_change(pivot, run, readonly_dir):
+    """run(replace) is refused (replace() puts readonly_dir where a case says READONLY), and nothing changed."""
     pid, slot, config = _main_pid("tiny-llama-a"), _slot(), _ssh("cat /etc/haproxy/haproxy.cfg")
     targets = sorted(os.listdir(pivot.targets))
-    if "observability_targets_dir=READONLY" in extra:
-        readonly = tmp_path / "readonly-targets"
-        readonly.mkdir()
-        subprocess.run(["mount", "--bind", "-o", "ro", str(readonly), str(readonly)], check=True)
-        extra, message = [e.replace("READONLY", str(readonly)) for e in extra], message.replace("READONLY", str(readonly))
+    readonly_dir.mkdir()
+    subprocess.run(["mount", "--bind", "-o", "ro", str(readonly_dir), str(readonly_dir)], check=True)
     try:
-        result = pivot("-e", "model=tiny-llama-b", *extra)
+        run(lambda text: text.replace("READONLY", str(readonly_dir)))
     finally:
-        if "readonly" in locals():
-            subprocess.run(["umount", str(readonly)], check=False)
-    assert result.returncode != 0 and message in result.stdout, result.stdout[-4000:]
+        subprocess.run(["umount", str(readonly_dir)], check=False)
     assert _main_pid("tiny-llama-a") == pid and _slot() == slot and _ssh("cat /etc/haproxy/haproxy.cfg") == config
     assert _ssh("test -e /srv/models/tiny-llama-b || echo absent") == "absent"
     assert sorted(os.listdir(pivot.targets)) == targets
+
+
+@pytest.mark.parametrize("extra, message", [BAD_GATEWAY_INPUT[i] for i in ON_THE_CLI])
+def test_bad_gateway_input_is_refused_before_any_change(pivot, extra, message, tmp_path):
+    def run(replace):
+        result = pivot("-e", "model=tiny-llama-b", *[replace(e) for e in extra])
+        assert result.returncode != 0 and replace(message) in result.stdout, result.stdout[-4000:]
+    _refused_before_any_change(pivot, run, tmp_path / "readonly-targets")
+
+
+def test_bad_gateway_input_in_bulk_is_each_refused_before_any_change(pivot, tmp_path):
+    cases = [case for i, case in enumerate(BAD_GATEWAY_INPUT) if i not in ON_THE_CLI]
+    alias_targets = tmp_path / "alias-targets"  # the aliases' own targets, apart from what the test's Prometheus reads
+    alias_targets.mkdir()
+
+    def run(replace):
+        result, refusals = bulk_refusals.run(pivot.inventory, MACHINE, ["-e", "model=tiny-llama-b"],
+                                             [[replace(e) for e in extra] for extra, _m in cases], tmp_path / "bulk",
+                                             alias_vars={"observability_targets_dir": str(alias_targets)})
+        assert result.returncode == 0, result.stdout[-4000:]  # every case's failure was rescued and written down
+        for (extra, message), refusal in zip(cases, refusals):
+            assert replace(message) in refusal, (extra, refusal)
+    _refused_before_any_change(pivot, run, tmp_path / "readonly-targets")
 
 
 def test_blue_green_pivot_fails_no_request_and_has_no_downtime(pivot):
