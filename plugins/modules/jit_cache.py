@@ -13,12 +13,13 @@ description:
   - These files are code the server loads. O(state=recorded) writes their manifest (the sha256 and size of every file,
     and the key they were built under) beside them, C(llmfleet-jit-manifest.json); O(state=verified) compares the files
     with a manifest, the one beside them or one given (the fleet's, from the revision lock) and, when they differ or the
-    manifest's key is not O(key), moves the caches and their manifest whole into C(jit-set-aside/<time>/) with the
+    manifest given is not of this unit's key, moves the caches and their manifest whole into C(jit-set-aside/<time>/) with the
     reason, so that the next start builds its own. Nothing is deleted.
   - Files the manifest does not list are kernels a later start added; they are not a fault.
   - The key - vLLM's and torch's versions, the device, the model's C(config.json) and the serving flags - is what
-    the compiled files depend on; a manifest built under another key does not match. vLLM keys its own cache on the
-    model path and config as well, so one directory holds the graphs of every model and revision the unit served.
+    the compiled files depend on. A manifest given (a copy from another host) must be of this key. The host's own
+    manifest may be of another start (another profile, an older vLLM): vLLM and Triton key their own files, so the
+    files are still verified and kept, and RV(key_matches) says so.
 version_added: 0.9.0
 author:
   - llmfleet maintainers (@llmfleet)
@@ -94,6 +95,10 @@ key:
   description: The key the caches are recorded or verified under (vllm_version, torch_version, device, model_config_sha256, serve_args_sha256).
   returned: always
   type: dict
+key_matches:
+  description: Whether the manifest verified against was built under RV(key); null when there was none.
+  returned: always
+  type: bool
 manifest:
   description: The manifest written (O(state=recorded)) or verified against; null when there was none.
   returned: always
@@ -153,7 +158,7 @@ def main():
         key_id = jit_cache.key_id(key)
     except (OSError, ValueError) as exc:
         module.fail_json(msg="the key of the JIT caches: %s" % exc)
-    result = dict(changed=False, key=key, manifest=None, problems=[], set_aside=None, files=0, bytes=0)
+    result = dict(changed=False, key=key, key_matches=None, manifest=None, problems=[], set_aside=None, files=0, bytes=0)
     try:
         if p["state"] == "recorded":
             manifest = jit_cache.build(cache_dir, key)
@@ -163,11 +168,16 @@ def main():
             if result["changed"] and not module.check_mode:
                 atomic_write(path, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(), mode=0o644)
         else:
-            manifest = p["manifest"] if p["manifest"] is not None else _read_manifest(path)
+            given = p["manifest"] is not None
+            manifest = p["manifest"] if given else _read_manifest(path)
             if manifest is not None:
                 problems = jit_cache.verify(cache_dir, manifest)
-                if not problems and manifest.get("key_id") != key_id:
-                    problems = ["built under another key (vLLM, torch, device, model config or flags changed)"]
+                result["key_matches"] = manifest.get("key_id") == key_id
+                # A copy from elsewhere is only this unit's cache when built under its key. The host's own manifest
+                # may be another start's (a profile, a vLLM upgrade): vLLM and Triton key their own files, so those
+                # are kept beside the new ones.
+                if given and not problems and not result["key_matches"]:
+                    problems = ["the manifest was built under another key (vLLM, torch, device, model config or flags)"]
                 result["problems"] = problems
                 if problems:
                     result["changed"] = True

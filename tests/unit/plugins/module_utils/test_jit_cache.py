@@ -141,9 +141,13 @@ def test_the_module_records_once_verifies_and_sets_a_corrupt_cache_aside_after_c
     verified = _run_module(dict(args, state="verified"))
     assert (verified["changed"], verified["problems"], verified["set_aside"]) == (False, [], None)
     assert verified["manifest"]["key_id"] == jit_cache.key_id(verified["key"]) and verified["files"] == len(files)
-    # A cache of the same files under another key (another vLLM here) is not this one's.
-    other = _run_module(dict(args, state="verified", venv=_venv(tmp_path / "other", vllm="0.27.0")), check=True)
-    assert other["changed"] and other["set_aside"] is None and "built under another key" in other["problems"][0]
+    # The host's own manifest of another key (a vLLM upgrade here): the files are verified and kept.
+    upgraded = _run_module(dict(args, state="verified", venv=_venv(tmp_path / "other", vllm="0.27.0")))
+    assert (upgraded["changed"], upgraded["key_matches"], upgraded["problems"]) == (False, False, [])
+    # A copy from elsewhere (a manifest given) must be of this unit's key.
+    given = _run_module(dict(args, state="verified", manifest=recorded["manifest"],
+                             venv=_venv(tmp_path / "other", vllm="0.27.0")), check=True)
+    assert given["changed"] and given["set_aside"] is None and "built under another key" in given["problems"][0]
     (cache / ".triton/cache/ZX3/triton_poi_fused_0.cubin").write_bytes(b"not the kernel")
     checked = _run_module(dict(args, state="verified"), check=True)
     assert checked["changed"] and checked["set_aside"] is None and (cache / ".triton").exists()  # check mode: said only
