@@ -8,7 +8,7 @@ module: jit_cache
 short_description: Record, verify and set aside the JIT caches a vLLM unit keeps (compile cache, Triton kernels)
 description:
   - A vLLM unit of M(llmfleet.vllm.service_deploy) keeps what a start compiles in its cache directory
-    (C(/var/cache/<service_deploy_cache_dir_name>)) vLLM's compile cache C(vllm/), Triton's kernels C(.triton/) and
+    (C(/var/cache/<service_deploy_cache_dir_name>)), vLLM's compile cache C(vllm/), Triton's kernels C(.triton/) and
     Inductor's directory C(torchinductor/). A later start that finds them skips the compile and Triton's warm-up.
   - These files are code the server loads. O(state=recorded) writes their manifest (the sha256 and size of every file,
     and the key they were built under) beside them, C(llmfleet-jit-manifest.json); O(state=verified) compares the files
@@ -18,7 +18,7 @@ description:
   - Files the manifest does not list are kernels a later start added; they are not a fault.
   - The key - vLLM's and torch's versions, the device, the model's C(config.json) and the serving flags - is what
     the compiled files depend on. A manifest given (a copy from another host) must be of this key. The host's own
-    manifest may be of another start (another profile, an older vLLM): vLLM and Triton key their own files, so the
+    manifest may be of another start (another profile, an older vLLM); vLLM and Triton key their own files, so the
     files are still verified and kept, and RV(key_matches) says so.
 version_added: 0.9.0
 author:
@@ -30,7 +30,7 @@ options:
     required: true
   state:
     description:
-      - C(recorded) writes the manifest of the caches as they are, built under O(key).
+      - C(recorded) writes the manifest of the caches as they are, with their key (RV(key)).
       - C(verified) compares them with O(manifest) (default the one beside them) and sets them aside when they differ.
     type: str
     choices: [recorded, verified]

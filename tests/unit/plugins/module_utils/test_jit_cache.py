@@ -158,6 +158,7 @@ def test_the_module_records_once_verifies_and_sets_a_corrupt_cache_aside_after_c
     after = _run_module(dict(args, state="verified"))
     assert (after["changed"], after["problems"], after["set_aside"], after["files"]) == (False, [], None, 0)
 
+
 def test_the_module_names_what_its_key_cannot_be_built_from(tmp_path):
     result = _run_module({"cache_dir": str(tmp_path), "venv": _venv(tmp_path), "device": "", "state": "recorded",
                           "model_config": str(tmp_path / "config.json"), "serve_args": []})
