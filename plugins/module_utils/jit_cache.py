@@ -19,12 +19,13 @@ import glob
 import hashlib
 import json
 import os
-import shutil
+import stat
 import time
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import file_hashing
 
-JIT_DIRS = ("vllm", ".triton", "torchinductor")
+# .nv: the CUDA driver's ComputeCache (PTX compiled for the GPU), under HOME, which the unit sets to the cache directory.
+JIT_DIRS = ("vllm", ".triton", "torchinductor", ".nv")
 MANIFEST_NAME = "llmfleet-jit-manifest.json"
 SET_ASIDE_DIR = "jit-set-aside"
 FORMAT = 1
@@ -67,21 +68,28 @@ def key_id(key):
 
 
 def cache_files(cache_dir):
-    """{relative path: size} of every regular file under the JIT directories (symlinks are refused: a cache that
-    points outside itself cannot be verified)."""
+    """{relative path: size} of every regular file under the JIT directories. A symbolic link (a JIT directory itself
+    included), a FIFO or a device is refused: a cache that points outside itself cannot be verified, and the service
+    user who owns the cache could point a reader running as root anywhere."""
     found = {}
     for top in JIT_DIRS:
         root = os.path.join(cache_dir, top)
-        if not os.path.isdir(root):
+        try:
+            mode = os.lstat(root).st_mode
+        except FileNotFoundError:
             continue
+        if not stat.S_ISDIR(mode):
+            raise ValueError("%s is not a directory (a symbolic link or another file): a JIT cache holds files only" % top)
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames.sort()
             for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, cache_dir)
-                if os.path.islink(path):
-                    raise ValueError("%s is a symbolic link: a JIT cache holds files only" % rel)
-                found[rel] = os.path.getsize(path)
+                info = os.lstat(path)
+                if not stat.S_ISREG(info.st_mode):
+                    raise ValueError("%s is not a regular file (a symbolic link, FIFO or device): a JIT cache holds files"
+                                     " only" % rel)
+                found[rel] = info.st_size
     return found
 
 
@@ -115,7 +123,7 @@ def validate(manifest):
         return problems + ["files must be a map of relative paths"]
     for rel, entry in files.items():
         parts = rel.split("/")
-        if rel.startswith("/") or ".." in parts or parts[0] not in JIT_DIRS:
+        if rel.startswith("/") or ".." in parts or parts[0] not in JIT_DIRS or any(ord(c) < 32 or c == "\x7f" for c in rel):
             problems.append("%r is not a path inside %s" % (rel, ", ".join(JIT_DIRS)))
         elif not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
                   and len(entry["sha256"]) == 64):
@@ -123,9 +131,10 @@ def validate(manifest):
     return problems
 
 
-def verify(cache_dir, manifest, workers=None):
+def verify(cache_dir, manifest, workers=None, exact=False):
     """What differs between the caches and the manifest: files it lists that are missing, of another size or another
-    sha256. Files it does not list are a later start's new kernels, not a fault: they are not compared."""
+    sha256. exact (a copy from another host): files it does not list are a fault too; otherwise they are a later
+    start's new kernels and are not compared."""
     problems = validate(manifest)
     if problems:
         return problems
@@ -134,6 +143,8 @@ def verify(cache_dir, manifest, workers=None):
     problems = ["%s is missing" % rel for rel in sorted(listed) if rel not in present]
     problems += ["%s has %d bytes, the manifest %d" % (rel, present[rel], listed[rel]["size"])
                  for rel in sorted(listed) if rel in present and present[rel] != listed[rel]["size"]]
+    if exact:
+        problems += ["%s is not in the manifest" % rel for rel in sorted(present) if rel not in listed]
     same_size = [rel for rel in sorted(listed) if present.get(rel) == listed[rel]["size"]]
     results = file_hashing.hash_files([(os.path.join(cache_dir, rel), file_hashing.SHA256, present[rel])
                                        for rel in same_size], workers=workers)
@@ -146,19 +157,54 @@ def verify(cache_dir, manifest, workers=None):
 
 def set_aside(cache_dir, reason, now=None):
     """Move the JIT directories and their manifest into jit-set-aside/<time>/ (with the reason in REASON); returns
-    that directory, or None when there was nothing to move. Nothing is deleted."""
-    present = [name for name in JIT_DIRS + (MANIFEST_NAME,) if os.path.lexists(os.path.join(cache_dir, name))]
-    if not present:
-        return None
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
-    dest = os.path.join(cache_dir, SET_ASIDE_DIR, stamp)
-    suffix = 0
-    while os.path.exists(dest):
-        suffix += 1
-        dest = os.path.join(cache_dir, SET_ASIDE_DIR, "%s-%d" % (stamp, suffix))
-    os.makedirs(dest)
-    for name in present:
-        shutil.move(os.path.join(cache_dir, name), os.path.join(dest, name))
-    with open(os.path.join(dest, "REASON"), "w", encoding="utf-8") as handle:
-        handle.write(reason.rstrip("\n") + "\n")
-    return dest
+    that directory, or None when there was nothing to move. Nothing is deleted, nothing is copied.
+
+    The cache directory belongs to the service user and this runs as root: every step works on directory handles
+    opened without following links, jit-set-aside must be root's own directory (made here, 0755), and a move is a
+    rename within the cache directory's file system (a copy across file systems is refused), so that the user cannot
+    steer root's writes elsewhere."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    cache_fd = os.open(cache_dir, flags)
+    try:
+        present = [name for name in JIT_DIRS + (MANIFEST_NAME,) if _lexists_at(name, cache_fd)]
+        if not present:
+            return None
+        try:
+            os.mkdir(SET_ASIDE_DIR, 0o755, dir_fd=cache_fd)
+        except FileExistsError:
+            pass
+        aside_fd = os.open(SET_ASIDE_DIR, flags, dir_fd=cache_fd)
+        try:
+            if os.fstat(aside_fd).st_uid != os.geteuid():
+                raise ValueError("%s is not this user's own directory: nothing was set aside" % SET_ASIDE_DIR)
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
+            name, suffix = stamp, 0
+            while True:
+                try:
+                    os.mkdir(name, 0o755, dir_fd=aside_fd)
+                    break
+                except FileExistsError:
+                    suffix += 1
+                    name = "%s-%d" % (stamp, suffix)
+            dest_fd = os.open(name, flags, dir_fd=aside_fd)
+            try:
+                for entry in present:
+                    os.rename(entry, entry, src_dir_fd=cache_fd, dst_dir_fd=dest_fd)
+                reason_fd = os.open("REASON", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dest_fd)
+                with os.fdopen(reason_fd, "w", encoding="utf-8") as handle:
+                    handle.write(reason.rstrip("\n") + "\n")
+            finally:
+                os.close(dest_fd)
+        finally:
+            os.close(aside_fd)
+    finally:
+        os.close(cache_fd)
+    return os.path.join(cache_dir, SET_ASIDE_DIR, name)
+
+
+def _lexists_at(name, dir_fd):
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+        return True
+    except FileNotFoundError:
+        return False

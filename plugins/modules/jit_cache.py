@@ -15,7 +15,12 @@ description:
     with a manifest, the one beside them or one given (the fleet's, from the revision lock) and, when they differ or the
     manifest given is not of this unit's key, moves the caches and their manifest whole into C(jit-set-aside/<time>/) with the
     reason, so that the next start builds its own. Nothing is deleted.
-  - Files the manifest does not list are kernels a later start added; they are not a fault.
+  - Files the host's own manifest does not list are kernels a later start added; they are not a fault. A copy from
+    elsewhere (O(manifest) given) must hold exactly the files of its manifest.
+  - The cache directory belongs to the service user. Symbolic links, FIFOs and devices in it are refused, and setting
+    aside works on directory handles without following links, in a C(jit-set-aside) directory of the module's own
+    user, by renames only. The manifest beside the caches is writable by the service user as well, so it detects
+    corruption, not tampering; a copy from another host is checked against the manifest the controller keeps.
   - The key - vLLM's and torch's versions, the device, the model's C(config.json) and the serving flags - is what
     the compiled files depend on. A manifest given (a copy from another host) must be of this key. The host's own
     manifest may be of another start (another profile, an older vLLM); vLLM and Triton key their own files, so the
@@ -132,13 +137,15 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import 
 
 
 def _read_manifest(path):
+    """The manifest beside the caches: None when there is none; a problem (str) when it cannot be read as one."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+            manifest = json.load(handle)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        return {"unreadable": str(exc)}
+        return "%s cannot be read: %s" % (jit_cache.MANIFEST_NAME, exc)
+    return manifest if isinstance(manifest, dict) else "%s is not a JSON object" % jit_cache.MANIFEST_NAME
 
 
 def main():
@@ -162,7 +169,8 @@ def main():
     try:
         if p["state"] == "recorded":
             manifest = jit_cache.build(cache_dir, key)
-            old = _read_manifest(path) or {}
+            old = _read_manifest(path)
+            old = old if isinstance(old, dict) else {}
             result["changed"] = {k: v for k, v in old.items() if k != "built_at"} != {
                 k: v for k, v in manifest.items() if k != "built_at"}
             if result["changed"] and not module.check_mode:
@@ -171,8 +179,10 @@ def main():
             given = p["manifest"] is not None
             manifest = p["manifest"] if given else _read_manifest(path)
             if manifest is not None:
-                problems = jit_cache.verify(cache_dir, manifest)
-                result["key_matches"] = manifest.get("key_id") == key_id
+                # A copy from elsewhere holds exactly its manifest's files; the host's own caches may have gained
+                # kernels of later starts.
+                problems = [manifest] if isinstance(manifest, str) else jit_cache.verify(cache_dir, manifest, exact=given)
+                result["key_matches"] = isinstance(manifest, dict) and manifest.get("key_id") == key_id
                 # A copy from elsewhere is only this unit's cache when built under its key. The host's own manifest
                 # may be another start's (a profile, a vLLM upgrade): vLLM and Triton key their own files, so those
                 # are kept beside the new ones.
@@ -180,9 +190,11 @@ def main():
                     problems = ["the manifest was built under another key (vLLM, torch, device, model config or flags)"]
                 result["problems"] = problems
                 if problems:
-                    result["changed"] = True
-                    if not module.check_mode:
+                    if module.check_mode:
+                        result["changed"] = bool(jit_cache.cache_files(cache_dir)) or os.path.lexists(path)
+                    else:
                         result["set_aside"] = jit_cache.set_aside(cache_dir, "\n".join(problems))
+                        result["changed"] = result["set_aside"] is not None
     except (OSError, ValueError) as exc:
         module.fail_json(msg="%s: %s" % (cache_dir, exc), **result)
     if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict):

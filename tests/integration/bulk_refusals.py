@@ -22,16 +22,21 @@ PIVOT_PLAYBOOK = os.path.join(REPO, "playbooks", "pivot.yml")
 
 
 def cli_vars(extra: list[str]) -> dict:
-    """The variables a list of `-e` arguments gives, typed as ansible-playbook types them."""
-    values: dict = {}
-    for flag, arg in zip(extra[::2], extra[1::2]):
-        assert flag == "-e", extra
-        if arg.lstrip().startswith("{"):
-            values.update(json.loads(arg))
-        else:
-            key, _sep, value = arg.partition("=")
-            values[key] = value
-    return values
+    """The variables a list of `-e` arguments gives: ansible-playbook's own parser (load_extra_vars) reads them."""
+    from ansible import context  # pylint: disable=import-outside-toplevel
+    from ansible.module_utils.common.collections import ImmutableDict  # pylint: disable=import-outside-toplevel
+    from ansible.parsing.dataloader import DataLoader  # pylint: disable=import-outside-toplevel
+    from ansible.utils.vars import load_extra_vars  # pylint: disable=import-outside-toplevel
+
+    assert all(flag == "-e" for flag in extra[::2]) and len(extra) % 2 == 0, extra
+    saved, cached = context.CLIARGS, getattr(load_extra_vars, "extra_vars", None)
+    context.CLIARGS = ImmutableDict(extra_vars=tuple(extra[1::2]))
+    load_extra_vars.extra_vars = None  # it keeps its first answer for the process: a CLI parses once
+    try:
+        values = load_extra_vars(DataLoader())
+    finally:
+        context.CLIARGS, load_extra_vars.extra_vars = saved, cached
+    return json.loads(json.dumps(dict(values)))  # plain types, for the playbook file
 
 
 # The failed task's message, and each failed item's (a loop fails with "One or more items failed").
@@ -42,7 +47,11 @@ FAILURE_TEXT = ("{{ ([ansible_failed_result.msg | default('')] + (ansible_failed
 
 def _plays(aliases: list[str], cases: list[dict], outdir: pathlib.Path) -> list[dict]:
     with open(PIVOT_PLAYBOOK, encoding="utf-8") as handle:
-        template = yaml.safe_load(handle)[0]
+        playbook = yaml.safe_load(handle)
+    # What is copied: a play that gained tasks, handlers or role parameters would need them here too.
+    template = playbook[0]
+    assert len(playbook) == 1 and set(template) == {"name", "hosts", "become", "gather_subset", "vars", "roles"}, template
+    assert len(template["roles"]) == 1 and set(template["roles"][0]) == {"role"}, template["roles"]
     role = template["roles"][0]["role"]
     plays = []
     for alias, case_vars in zip(aliases, cases):

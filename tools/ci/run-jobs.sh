@@ -10,7 +10,19 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 logs=$repo/tests/output/logs
 queue=$logs/jobs.queue results=$logs/jobs.tsv
 mkdir -p "$logs"
-grep -v "^#" "${LLMFLEET_JOBS:-$repo/tools/ci/jobs.tsv}" | sort -t$'\t' -k2,2nr >"$queue"
+jobs_file=${LLMFLEET_JOBS:-$repo/tools/ci/jobs.tsv}
+# Every line a job: NAME (a log file's name), SECONDS, COMMAND, tab-separated; a run with a job lost passes nothing.
+awk -F'\t' '!/^#/ && NF && !(NF == 3 && $1 ~ /^[A-Za-z0-9_-]+$/ && $2 ~ /^[0-9]+$/ && $3 != "") {
+  printf "%s:%d: not NAME<TAB>SECONDS<TAB>COMMAND: %s\n", FILENAME, NR, $0; bad = 1 } END {exit bad}' "$jobs_file" || exit 2
+# Each molecule scenario is a job of its own (molecule/_* are shared files, default has no machine).
+for scenario in "$repo"/molecule/*/; do
+  scenario=$(basename "$scenario")
+  [[ $scenario == _* || $scenario == default ]] && continue
+  grep -q "^molecule-$scenario"$'\t' "$jobs_file" || { echo "$jobs_file: no job molecule-$scenario"; exit 2; }
+done
+grep -v '^#' "$jobs_file" | grep -v '^$' | sort -t$'\t' -k2,2nr >"$queue"
+queued=$(wc -l <"$queue")
+((queued > 0)) || { echo "$jobs_file: no jobs"; exit 2; }
 : >"$results"
 started=$SECONDS
 
@@ -36,4 +48,6 @@ for w in $(seq 1 "$workers"); do worker "$w" & done
 wait
 printf '\n%-26s %4s %8s   (seconds since the long suites began)\n' job rc seconds
 sort -t$'\t' -k4,4n "$results" | awk -F'\t' -v s="$started" '{printf "%-26s %4s %8s   %5d-%d\n", $1, $2, $3, $4 - s, $5 - s}'
+ran=$(wc -l <"$results")
+((ran == queued)) || { echo "$((queued - ran)) of $queued jobs did not run"; exit 1; }
 ! awk -F'\t' '$2 != 0 {bad = 1} END {exit !bad}' "$results"

@@ -28,7 +28,7 @@
 #            a new commit of B on the hub (stop-then-start)
 #   pivot-revslow|revfast|revfast2|revslow2  new commits of B, stop-then-start: -e llmfleet_fast_start=false (the old
 #            path) and fast start (armed beside the old B; issue 45)
-#   pivot-revfew|revfew2  the same with the profile fewgraphs (9 CUDA graph sizes; item 4)
+#   pivot-revfew|revfew2|revfew3  the same with the profile fewgraphs (9 CUDA graph sizes; item 4)
 #   cachefleet / cacheseed, pivot-revcold|revseed  a copy of the unit's JIT caches kept as the fleet's, the host's
 #            emptied (revcold: a host that never compiled), then the copy laid in (revseed: given the fleet's cache)
 #   pivot-sfirst|sgatefail|rgatefail|sleep|wakeback|reloadback  rollback by wake (issue 33, see pivot_run), then
@@ -272,12 +272,14 @@ for m in ("a", "b"):
 JIT_DIRS="vllm .triton torchinductor .nv"
 cache_fleet() {
   inside sh -c "cd /var/cache/llmfleet-vllm && rm -rf $CARRY/fleetcache && mkdir -p $CARRY/fleetcache && cp -a vllm .triton $CARRY/fleetcache/ \
-    && rm -rf $JIT_DIRS && du -s $CARRY/fleetcache/* && ls -la" 2>&1 | tee $RES/cache-fleet.txt
+    && rm -rf $JIT_DIRS && du -s $CARRY/fleetcache/vllm $CARRY/fleetcache/.triton && ls -la" 2>&1 | tee $RES/cache-fleet.txt
   [ ${PIPESTATUS[0]} -eq 0 ]
 }
+# The two directories, not the copy's top (root's): the cache directory keeps its owner, and the copy gets it.
 cache_seed() {
-  inside sh -c "cd /var/cache/llmfleet-vllm && du -s $JIT_DIRS; rm -rf $JIT_DIRS && cp -a $CARRY/fleetcache/. . \
-    && chown -R --reference=. vllm .triton && du -s vllm .triton && ls -la" 2>&1 | tee $RES/cache-seed.txt
+  inside sh -c "cd /var/cache/llmfleet-vllm && du -s $JIT_DIRS; o=\$(stat -c %u:%g .) && rm -rf $JIT_DIRS \
+    && cp -a $CARRY/fleetcache/vllm $CARRY/fleetcache/.triton . && chown -R \$o vllm .triton && du -s vllm .triton && ls -la" \
+    2>&1 | tee $RES/cache-seed.txt
   [ ${PIPESTATUS[0]} -eq 0 ]
 }
 
@@ -341,8 +343,10 @@ pivot_run() {
     reloadback) set -- -e model=gpuhost-llama1b-b -e pivot_blue_green=false ;;
     *) echo "unknown pivot $name"; return 1 ;;
   esac
-  # More pivot variables for this call (e.g. PIVOT_EXTRA="-e pivot_prune=true" when the disk runs short).
-  set -- "$@" ${PIVOT_EXTRA:-}
+  # More pivot variables for this call (e.g. PIVOT_EXTRA="-e pivot_prune=true" when the disk runs short), split on blanks.
+  local extra=()
+  read -ra extra <<<"${PIVOT_EXTRA:-}"
+  set -- "$@" "${extra[@]}"
   sync_repo
   local t0=$SECONDS rc
   inside env PYTHONPATH=$CARRY/coll:$CARRY/site ANSIBLE_COLLECTIONS_PATH=$CARRY/coll ANSIBLE_NOCOLOR=1 \

@@ -14,8 +14,10 @@ import bulk_refusals  # noqa: E402  pylint: disable=wrong-import-position
 def test_each_e_argument_is_typed_as_ansible_playbook_types_it():
     assert bulk_refusals.cli_vars(["-e", "pivot_port=8401", "-e", '{"gateway_api_keys": ["a", "b"]}', "-e", "x=a=b"]) == {
         "pivot_port": "8401", "gateway_api_keys": ["a", "b"], "x": "a=b"}
-    # A later -e wins, as on the command line.
+    # A later -e wins, as on the command line; key=value splits on blanks as ansible-playbook splits it.
     assert bulk_refusals.cli_vars(["-e", "slot=b", "-e", "slot=c"]) == {"slot": "c"}
+    assert bulk_refusals.cli_vars(["-e", "slot=a b"]) == {"slot": "a", "_raw_params": "b"}
+    assert bulk_refusals.cli_vars(["-e", '{"pivot_alias": "chat\\n"}']) == {"pivot_alias": "chat\n"}
 
 
 def test_each_case_is_the_pivot_playbooks_play_for_its_own_alias_with_its_own_variables(tmp_path):

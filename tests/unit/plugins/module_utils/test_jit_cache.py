@@ -75,18 +75,49 @@ def test_a_manifest_read_back_from_elsewhere_is_checked_before_it_is_trusted():
     assert jit_cache.validate(good) == []
     assert jit_cache.validate(dict(good, key_id="0" * 64)) == ["key_id is not the sha256 of its key"]
     assert jit_cache.validate({"format": 2}) == ["not a JIT cache manifest of format 1"]
-    for rel in ("/etc/passwd", "vllm/../../etc/cron.d/x", "elsewhere/a"):
+    for rel in ("/etc/passwd", "vllm/../../etc/cron.d/x", "elsewhere/a", "vllm/x\n* * * * * root id"):
         assert jit_cache.validate(dict(good, files={rel: {"sha256": "0" * 64, "size": 1}})) == [
-            "%r is not a path inside vllm, .triton, torchinductor" % rel]
+            "%r is not a path inside vllm, .triton, torchinductor, .nv" % rel]
     assert jit_cache.validate(dict(good, files={"vllm/a": {"sha256": "short", "size": "1"}})) == [
         "vllm/a: an entry needs size (int) and sha256 (64 hex digits)"]
 
 
-def test_a_symbolic_link_in_the_cache_is_refused(tmp_path):
-    cache, _files = _cache(tmp_path)
+def test_a_symbolic_link_a_fifo_and_a_linked_jit_directory_are_refused(tmp_path):
+    cache, _files = _cache(tmp_path / "a")
     (cache / "vllm" / "elsewhere").symlink_to("/etc")
-    with pytest.raises(ValueError, match="vllm/elsewhere is a symbolic link"):
+    with pytest.raises(ValueError, match="vllm/elsewhere is not a regular file"):
         jit_cache.build(str(cache), KEY)
+    cache, _files = _cache(tmp_path / "b")
+    os.mkfifo(cache / ".triton" / "pipe")  # opening it would block a reader for ever
+    with pytest.raises(ValueError, match=r"\.triton/pipe is not a regular file"):
+        jit_cache.build(str(cache), KEY)
+    cache = tmp_path / "c"
+    cache.mkdir()
+    (cache / "vllm").symlink_to("/root")  # the service user owns the cache: it could point root's reader anywhere
+    with pytest.raises(ValueError, match="vllm is not a directory"):
+        jit_cache.build(str(cache), KEY)
+
+
+def test_a_copy_from_elsewhere_holds_exactly_the_files_of_its_manifest(tmp_path):
+    cache, _files = _cache(tmp_path)
+    manifest = jit_cache.build(str(cache), KEY)
+    (cache / ".triton" / "cache" / "ZX3" / "extra_kernel.cubin").write_bytes(b"code nobody recorded")
+    assert jit_cache.verify(str(cache), manifest) == []  # the host's own: a later start's kernel
+    assert jit_cache.verify(str(cache), manifest, exact=True) == [".triton/cache/ZX3/extra_kernel.cubin is not in the manifest"]
+
+
+def test_set_aside_refuses_a_place_the_service_user_could_have_made(tmp_path):
+    cache, _files = _cache(tmp_path / "a")
+    (cache / "jit-set-aside").symlink_to(tmp_path)  # root would write where the link points
+    with pytest.raises(OSError):
+        jit_cache.set_aside(str(cache), "reason")
+    assert (cache / "vllm").is_dir() and not (tmp_path / "19700101T000000Z").exists()
+    cache, _files = _cache(tmp_path / "b")
+    (cache / "jit-set-aside").mkdir()
+    os.chown(cache / "jit-set-aside", 4242, 4242)  # made by someone else, who could swap what is inside
+    with pytest.raises(ValueError, match="jit-set-aside is not this user's own directory"):
+        jit_cache.set_aside(str(cache), "reason")
+    assert (cache / "vllm").is_dir()
 
 
 def test_set_aside_moves_the_caches_and_their_manifest_whole_and_says_why(tmp_path):
@@ -166,3 +197,18 @@ def test_the_module_names_what_its_key_cannot_be_built_from(tmp_path):
     result = _run_module({"cache_dir": str(tmp_path), "venv": str(tmp_path / "none"), "device": "cpu", "state": "recorded",
                           "model_config": str(tmp_path / "config.json"), "serve_args": []})
     assert result["failed"] and result["msg"] == "the key of the JIT caches: vllm is not installed in %s" % (tmp_path / "none")
+
+
+def test_a_manifest_that_is_not_an_object_is_a_problem_and_an_empty_cache_is_no_change(tmp_path):
+    cache, _files = _cache(tmp_path / "cache")
+    args = {"cache_dir": str(cache), "venv": _venv(tmp_path), "device": "cpu", "model_config": str(tmp_path / "config.json"),
+            "serve_args": [], "state": "verified"}
+    (cache / jit_cache.MANIFEST_NAME).write_text("[]")
+    broken = _run_module(args)
+    assert broken["problems"] == ["llmfleet-jit-manifest.json is not a JSON object"] and broken["changed"], broken
+    assert broken["set_aside"] and not (cache / jit_cache.MANIFEST_NAME).exists()
+    # A copy's manifest against a cache with nothing left to move: said, and no change.
+    given = {"format": 1, "key": KEY, "key_id": jit_cache.key_id(KEY), "files": {"vllm/a": {"sha256": "0" * 64, "size": 1}}}
+    for check in (True, False):
+        empty = _run_module(dict(args, manifest=given), check=check)
+        assert (empty["changed"], empty["problems"], empty["set_aside"]) == (False, ["vllm/a is missing"], None), empty
