@@ -40,7 +40,7 @@ wait "$images" || { tail -50 "$logs/images.log"; exit 1; }
 trap - INT TERM
 grep -E "^\[testbed\]" "$logs/images.log" | tail -5
 
-step "integration and molecule: jobs on two workers, longest first (tools/ci/jobs.tsv; logs: tests/output/logs/)"
+step "integration and molecule: jobs on two workers, in the order of tools/ci/jobs.tsv (logs: tests/output/logs/)"
 # What memory and vLLM servers looked like over the run: test hosts share the box's 24 GB, and an
 # OOM-killed server reads like a server that never starts.
 oom_kills() { awk '$1 == "oom_kill" {print $2}' /proc/vmstat; }

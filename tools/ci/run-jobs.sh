@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The long suites of `make test` (tools/run-tests.sh): WORKERS workers take the jobs of tools/ci/jobs.tsv longest
-# first (by their measured seconds), each the next one free, so that neither waits alone at the end while the other
-# has work left (the box has 2 cores; the suites are CPU-bound). Each job writes tests/output/logs/<job>.log and is
+# The long suites of `make test` (tools/run-tests.sh): WORKERS workers take the jobs of tools/ci/jobs.tsv in the
+# file's order (longest first, as measured, but for what runs beside what: see the file), each the next one free, so
+# that neither waits alone at the end while the other has work left (the box has 2 cores; the suites are CPU-bound). Each job writes tests/output/logs/<job>.log and is
 # stopped (SIGINT, so pytest still prints its summary and durations) when the run's limit LIMIT_S is spent.
 #   tools/ci/run-jobs.sh WORKERS LIMIT_S      -> tests/output/logs/jobs.tsv: job, rc, seconds, started, ended
 set -uo pipefail
@@ -20,7 +20,7 @@ for scenario in "$repo"/molecule/*/; do
   [[ $scenario == _* || $scenario == default ]] && continue
   grep -q "^molecule-$scenario"$'\t' "$jobs_file" || { echo "$jobs_file: no job molecule-$scenario"; exit 2; }
 done
-grep -v '^#' "$jobs_file" | grep -v '^$' | sort -t$'\t' -k2,2nr >"$queue"
+grep -v '^#' "$jobs_file" | grep -v '^$' >"$queue"
 queued=$(wc -l <"$queue")
 ((queued > 0)) || { echo "$jobs_file: no jobs"; exit 2; }
 : >"$results"

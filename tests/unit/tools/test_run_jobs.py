@@ -1,4 +1,4 @@
-"""tools/ci/run-jobs.sh (issue 41): the long suites' jobs on two workers, longest first; a failed, lost or malformed
+"""tools/ci/run-jobs.sh (issue 41): the long suites' jobs on two workers, in the jobs file's order; a failed, lost or malformed
 job fails the run, and a molecule scenario without a job is named."""
 from __future__ import annotations
 
@@ -30,12 +30,14 @@ def _table(repo):
     return [line.split("\t") for line in (repo / "tests" / "output" / "logs" / "jobs.tsv").read_text().splitlines()]
 
 
-def test_the_longest_jobs_start_first_and_the_next_free_worker_takes_the_rest(repo):
-    result = _run(repo, "# a comment\nshort\t1\techo s\nmolecule-x\t9\tsleep 2; echo x\nmid\t5\tsleep 1\nlong\t8\tsleep 2\n")
+def test_the_jobs_start_in_the_files_order_and_the_next_free_worker_takes_the_next(repo):
+    result = _run(repo, "# a comment\nmolecule-x\t9\tsleep 2; echo x\nlong\t8\tsleep 2\nmid\t5\tsleep 1\nshort\t1\techo s\n")
     assert result.returncode == 0, result.stdout + result.stderr
     rows = {name: (rc, int(started)) for name, rc, _secs, started, _ended in _table(repo)}
     assert set(rows) == {"short", "molecule-x", "mid", "long"} and {rc for rc, _t in rows.values()} == {"0"}
-    assert rows["molecule-x"][1] == rows["long"][1] < rows["mid"][1] <= rows["short"][1]
+    # Started in whole seconds: the first two together (within a tick), the others once a worker was free.
+    assert abs(rows["molecule-x"][1] - rows["long"][1]) <= 1
+    assert max(rows["molecule-x"][1], rows["long"][1]) < rows["mid"][1] <= rows["short"][1]
     assert (repo / "tests" / "output" / "logs" / "molecule-x.log").read_text() == "x\n"
 
 
