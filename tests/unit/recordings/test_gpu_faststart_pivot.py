@@ -18,6 +18,11 @@ CLIENT = json.loads((FIX / "h100-pivot-faststart-client.json").read_text())
 FAST, SLOW = RECORDS["pivot-revfast-record.json"], RECORDS["pivot-revslow-record.json"]
 
 
+def _refused_inside(failed, record):
+    """The client's failed requests that began while the pivot's gateway was closed (a second's slack each side)."""
+    return [r for r in failed if record["gateway_closed_at"] - 1 <= r["start"] <= record["gateway_opened_at"] + 1]
+
+
 def test_the_fast_revision_pivot_was_armed_in_the_models_other_unit_and_the_old_path_was_not():
     assert FAST["strategy"] == SLOW["strategy"] == "stop_start" and FAST["model"] == SLOW["model"] == "gpuhost-llama1b-b"
     assert FAST["unit"] == "vllm-gpuhost-llama1b-b-alt.service" and SLOW["unit"] == "vllm-gpuhost-llama1b-b.service"
@@ -48,7 +53,7 @@ def test_the_client_got_only_503_with_retry_after_and_fewer_of_them_on_the_fast_
     assert failed and all(r["status"] == 503 and r["retry_after"] == "5" for r in failed)
 
     def refused(record):
-        return [r for r in failed if record["gateway_closed_at"] - 1 <= r["start"] <= record["gateway_opened_at"] + 1]
+        return _refused_inside(failed, record)
 
     assert len(refused(FAST)) + len(refused(SLOW)) == len(failed)  # no failure outside the two closed windows
     assert len(refused(FAST)) < 0.6 * len(refused(SLOW))
@@ -124,8 +129,7 @@ def test_the_third_leases_client_failed_only_with_503_inside_the_closed_windows(
     assert all(r["status"] == 503 and r["retry_after"] == "5" for r in failed)
 
     def refused(name):
-        record = _icache(name)
-        return [r for r in failed if record["gateway_closed_at"] - 1 <= r["start"] <= record["gateway_opened_at"] + 1]
+        return _refused_inside(failed, _icache(name))
 
     counts = {name: len(refused(name)) for name in ("revslow", "revfast", "revfast2", "revrunai", "revfastst")}
     assert sum(counts.values()) == len(failed) == 2222
@@ -179,8 +183,7 @@ def test_the_fourth_lease_saw_the_slot_down_16_4_s_from_53_3_s_and_503s_only_ins
     assert all(r["status"] == 503 and r["retry_after"] == "5" for r in failed)
 
     def refused(name):
-        record = _seed(name)
-        return [r for r in failed if record["gateway_closed_at"] - 1 <= r["start"] <= record["gateway_opened_at"] + 1]
+        return _refused_inside(failed, _seed(name))
 
     names = ("revfast", "revfew", "revfew2", "revcold", "revseed", "revslow", "revfast2")
     counts = {name: len(refused(name)) for name in names}
