@@ -352,3 +352,28 @@ def recheck(remove, directory, proc_root="/proc", probe=lease_probe):
         else:
             free.append(entry)
     return free, busy
+
+
+def clean(directory, patterns, min_age=0, probe=lease_probe, check_mode=False, proc_root="/proc"):
+    """Plan, re-check and unlink: what nccl_shm_cleanup and the pivot's hand-over do. Returns (removed, keep, listing,
+    scan); in check mode `removed` is what would go and nothing is unlinked. Raises OSError when the directory cannot
+    be scanned."""
+    remove, keep, listing, scan = plan_cleanup(directory, patterns, min_age=min_age, proc_root=proc_root, probe=probe)
+    if check_mode or not remove:
+        return (remove if check_mode else []), keep, listing, scan
+    removed = []
+    free, busy = recheck(remove, directory, proc_root=proc_root, probe=probe)
+    keep.extend(busy)
+    for entry in free:
+        try:
+            os.unlink(entry["path"])
+        except FileNotFoundError:
+            continue  # someone else removed it meanwhile: not our change
+        except OSError as exc:
+            failed = dict(entry)
+            failed["reason"] = "error"
+            failed["error"] = str(exc)
+            keep.append(failed)
+            continue
+        removed.append(entry)
+    return removed, keep, listing, scan

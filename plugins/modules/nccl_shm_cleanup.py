@@ -184,9 +184,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmfleet.vllm.plugins.module_utils.shm_segments import (
     DEFAULT_PATTERNS,
+    clean,
     lease_probe,
-    plan_cleanup,
-    recheck,
 )
 
 
@@ -218,28 +217,10 @@ def run_module():
 
     try:
         probe = lease_probe if params["lease_probe"] else None
-        remove, keep, before, scan = plan_cleanup(directory, patterns, min_age=params["min_age"], probe=probe)
+        removed, keep, before, scan = clean(directory, patterns, min_age=params["min_age"], probe=probe,
+                                            check_mode=module.check_mode)
     except OSError as exc:
         module.fail_json(msg="cannot scan %s: %s" % (directory, exc))
-
-    removed = []
-    if module.check_mode:
-        removed = remove
-    elif remove:
-        free, busy = recheck(remove, directory, probe=probe)
-        keep.extend(busy)
-        for entry in free:
-            try:
-                os.unlink(entry["path"])
-            except FileNotFoundError:
-                continue  # someone else removed it meanwhile: not our change
-            except OSError as exc:
-                failed = dict(entry)
-                failed["reason"] = "error"
-                failed["error"] = str(exc)
-                keep.append(failed)
-                continue
-            removed.append(entry)
 
     if not params["report_not_matching"]:
         keep = [k for k in keep if k["reason"] != "not_matching"]

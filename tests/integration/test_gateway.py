@@ -331,7 +331,7 @@ def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_
     old_revision, old_unit = _slot()["revision"], _slot()["unit"]
     with _client() as client:
         _rc, out, killed = harness.run_pivot(pivot.inventory, ["-e", "model=tiny-llama-b", "-e", "revision=main"],
-                                             crash_before_task_named="Start the new model (written above)")
+                                             crash_before_task_named="Publish the hand-over")
         assert killed, out[-6000:]
         assert _slot()["pivot"]["phase"] == "switching" and _slot()["revision"] == old_revision
         # The intent was written, and said in the textfile, before the first change: Prometheus sees a pivot in

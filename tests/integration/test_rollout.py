@@ -193,7 +193,7 @@ def _drained_before_stopped(out: str, host: str) -> bool:
     def after(banner: str, result: str) -> list[int]:
         return [m.end() for m in re.finditer(r"^TASK \[%s.*\n(?:(?!TASK \[).*\n)*?%s" % (banner, result), out, re.M)]
     at_gateway = after(r"llmfleet\.vllm\.gateway : Set a server's state at the gateway", r"changed: \[%s -> %s" % (host, GATEWAY))
-    stops = after(r"llmfleet\.vllm\.pivot : Stop the previous model's service\]", r"changed: \[%s\]" % host)
+    stops = after(r"llmfleet\.vllm\.service_deploy : Hand over from the old model \(stop it", r"changed: \[%s\]" % host)
     return len(stops) == 1 and len(at_gateway) == 2 and at_gateway[0] < stops[0] < at_gateway[1]
 
 

@@ -323,7 +323,7 @@ pivot_run() {
     # Fast start (issue 45): new commits of B, stop-then-start, with the old path (revslow*) and the fast one
     # (revfast*: armed beside the old B, then the model's other unit goes).
     revslow|revslow2) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main -e llmfleet_fast_start=false ;;
-    revfast|revfast2|revfast3) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main ;;
+    revfast|revfast2|revfast3|revfast4|revfast5) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main ;;
     # The weight loaders (item 3), each a fast revision pivot with the profile of gpuhost-vars.yml.
     revrunai|revfastst) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main \
       -e pivot_profile=$([ $name = revrunai ] && echo runai || echo fastst) ;;
