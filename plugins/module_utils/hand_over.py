@@ -33,7 +33,10 @@ def gpu_memory_wait(read_gpus, model, gpu_ids, utilization, wait_s, poll_s, cloc
     entry = {"name": model, "serving": {"gpu_memory_utilization": utilization or VLLM_DEFAULT_GPU_MEMORY_UTILIZATION}}
     began = monotonic()
     while True:
-        facts, errors = read_gpus()
+        try:
+            facts, errors = read_gpus()
+        except Exception as exc:  # pylint: disable=broad-except  # NVML raising mid-reading: read again until wait_s
+            facts, errors = {"source": "none", "gpus": []}, ["reading the GPUs failed: %s" % exc]
         check = gpu_memory_free(entry, facts, gpu_ids)
         waited = monotonic() - began
         if check["ok"] or waited >= wait_s:

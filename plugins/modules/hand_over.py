@@ -17,7 +17,7 @@ description:
     M(llmfleet.vllm.nccl_shm_cleanup) with its defaults), then reads the GPUs of O(gpu_ids) through NVML (else
     C(nvidia-smi)) every O(gpu_poll_s) until each has O(gpu_memory_utilization) x its memory free or O(gpu_wait_s)
     ran out, then removes O(release), the hold file a start armed by roles/service_deploy's entry point C(arm) waits on.
-  - Memory that stays short does not fail the module; RV(gpu_memory.ok) is false and O(release) is kept, so that the
+  - Memory that stays short does not fail the module; RV(gpu_memory) says C(ok=false) and O(release) is kept, so that the
     held start never meets another process's memory. A stop that fails fails the module, and nothing after it runs.
 author:
   - llmfleet maintainers (@llmfleet)
@@ -60,7 +60,7 @@ options:
     type: path
 attributes:
   check_mode:
-    description: Says which units would stop and which segments would go; stops, removes and reads nothing.
+    description: Says which units would stop and which segments would go; stops, removes and releases nothing, and reads no GPU.
     support: full
 extends_documentation_fragment:
   - llmfleet.vllm.attributes
@@ -107,6 +107,27 @@ gpu_memory:
       C(nvml_error) (why no GPU could be read, else empty).
   returned: always
   type: dict
+  contains:
+    ok:
+      description: Whether every GPU had the new model's share free.
+      type: bool
+    errors:
+      description: What was short, one line per GPU.
+      type: list
+      elements: str
+    checked:
+      description: Per GPU, C(index), C(free_mib) and C(needed_mib).
+      type: list
+      elements: dict
+    at:
+      description: Epoch seconds of the last reading.
+      type: float
+    waited_s:
+      description: Seconds spent reading until the memory was free or the wait ran out.
+      type: float
+    nvml_error:
+      description: Why no GPU could be read at all; empty when one could.
+      type: str
 released:
   description: Whether O(release) was there and was removed.
   returned: always
@@ -148,7 +169,9 @@ def _unit_stopper(module, systemctl):
         rc, out, err = module.run_command([systemctl, "stop", unit])
         if rc == NOT_LOADED:
             return False, ""
-        return was_active, (err or out).strip() if rc else ""
+        if rc:
+            return was_active, (err or out).strip() or "systemctl stop %s exited %d" % (unit, rc)
+        return was_active, ""
     return stop_unit
 
 
@@ -223,7 +246,7 @@ def run_module():
             release=_releaser(params["release"]) if params["release"] and not module.check_mode else None,
         )
     except HandOverError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
+        module.fail_json(msg=str(exc), changed=changed(exc.result), **exc.result)
     module.exit_json(changed=changed(result), **result)
 
 

@@ -14,8 +14,9 @@ In order, on one host (slot `default`, alias `chat`):
 3. rollback during load: a pivot back to tiny-llama-a whose gate cannot pass (blue/green: a starts beside b and is
    stopped again; b never stops). 0 failed requests. Then the same as stop-then-start (pivot_blue_green=false) while
    long streams run: the streams in flight finish before b stops (the drain), later requests get 503 + Retry-After.
-4. stop, then start (a new upstream commit of tiny-llama-b: the same model's unit cannot run twice), killed after the
-   old revision stopped and before the new one started: clients get 503 with Retry-After (also after a reload), and
+4. stop, then start (a new upstream commit of tiny-llama-b, armed in the model's other unit), killed right after the
+   hand-over (the old revision stopped, the new one let go, nothing recorded): clients get 503 with Retry-After (also
+   after a reload), and
    one re-run rolls back to the recorded revision, then pivots; every failed request is a 503 with Retry-After
    between the first run's drain and the re-run's reopening of the gateway;
    HAProxy logs the empty backend below emergency level (journald would write an emergency to every terminal).
@@ -334,10 +335,13 @@ def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_
                                              crash_before_task_named="Publish the hand-over")
         assert killed, out[-6000:]
         assert _slot()["pivot"]["phase"] == "switching" and _slot()["revision"] == old_revision
-        # The intent was written, and said in the textfile, before the first change: Prometheus sees a pivot in
-        # progress while the slot cannot be scraped (the alert on a down slot waits for it).
+        # Killed right after the hand-over (one module run: the old revision stopped, the new one's held start let
+        # go), before anything was recorded: the new revision starts in the model's other unit, unrecorded, on the
+        # slot's port. The intent was written, and said in the textfile, before the first change: Prometheus sees a
+        # pivot in progress (the alert on a down slot waits for it).
+        assert _ssh(f"systemctl is-active {old_unit}") != "active"
+        assert _ssh("ls /run/llmfleet-launch/ | grep -c hold || true") == "0"
         pivot.prometheus.wait_query('llmfleet_slot_pivot_in_progress{slot="default"} == 1', lambda r: len(r) == 1)
-        pivot.prometheus.wait_query('up{job="llmfleet_vllm", slot="default"} == 0', lambda r: len(r) == 1)
         after_kill = harness.watch(GW_URL, "chat", 3)
         _ssh("systemctl reload haproxy")
         after_reload = harness.watch(GW_URL, "chat", 3)

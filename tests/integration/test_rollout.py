@@ -241,7 +241,7 @@ def test_1_first_rollout_from_nothing(fleet):
     # Pre-stage ran on every host before the first switch.
     out = result.stdout
     assert out.index("Download once, then copy host to host over the LAN, while the old model keeps serving: tiny-llama-a") \
-        < out.index("Stop the previous model")
+        < out.index("Hand over from the old model")
     # Downloaded once for the fleet: the hub sent each file of the commit once; the other hosts copied from peers.
     assert _file_bodies_served("tiny-llama-a") == {name: 1 for name in _hub_files("tiny-llama-a")}, _tail(result)
     assert "| hub |" in _staged(report, "fleet-r1"), report

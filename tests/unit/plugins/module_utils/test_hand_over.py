@@ -142,3 +142,16 @@ def test_the_cleanup_removes_what_no_process_holds_and_keeps_what_one_does(tmp_p
     assert [e["name"] for e in removed] == ["nccl-left-by-a-killed-run"]
     assert {e["name"]: e["reason"] for e in keep} == {"not-ours": "not_matching", "psm_held": "in_use"}
     assert sorted(os.listdir(tmp_path)) == ["not-ours", "psm_held"]
+
+
+def test_nvml_raising_mid_reading_is_read_again_until_the_memory_is_back():
+    clock = Clock()
+    readings = [RuntimeError("NVML_ERROR_GPU_IS_LOST"), _facts([600])]
+
+    def read_gpus():
+        reading = readings.pop(0)
+        if isinstance(reading, Exception):
+            raise reading
+        return reading, []
+    memory = ho.gpu_memory_wait(read_gpus, "llama-b", [0], 0.4, 10, 0.25, clock.time, clock.time, clock.sleep)
+    assert memory["ok"] and memory["waited_s"] == 0.25 and memory["nvml_error"] == ""
