@@ -30,7 +30,8 @@ def run_pivot(inventory, extra, crash_after=None, task_log=None, timeout_s=1800,
     switch phase (crash_before_task_named: as the first task of the phase with that in its name starts). Returns
     (returncode, stdout, killed)."""
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_CALLBACK_PLUGINS=CALLBACKS, ANSIBLE_CALLBACKS_ENABLED="crash_after_task")
+               ANSIBLE_CALLBACK_PLUGINS=os.pathsep.join(p for p in (CALLBACKS, os.environ.get("ANSIBLE_CALLBACK_PLUGINS")) if p),
+               ANSIBLE_CALLBACKS_ENABLED="crash_after_task")
     env.pop("LLMFLEET_CRASH_AFTER", None)
     env.pop("LLMFLEET_CRASH_BEFORE_TASK_NAMED", None)
     if crash_before_task_named:
