@@ -40,7 +40,8 @@ def test_a_run_writes_its_payloads_into_the_shared_cache(tmp_path):
                ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_LOCALHOST_WARNING="0")
     for _run in range(2):
         result = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                                 str(playbook), "-e", "ansible_python_interpreter=" + sys.executable], env=env, capture_output=True, text=True, check=False, cwd=REPO)
+                                 str(playbook), "-e", "ansible_python_interpreter=" + sys.executable],
+                                env=env, capture_output=True, text=True, check=False, cwd=REPO)
         assert result.returncode == 0, result.stdout + result.stderr
     (key,) = os.listdir(shared)
     assert "ansible.modules.command-ZIP_DEFLATED-none" in os.listdir(shared / key)
