@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
+import sys
 
 # The serving settings that change what a model answers (its numerics or its default sampling), in the parity key.
 # Not in it: ports, names, memory and scheduling limits (max_num_seqs, kv_cache_memory_bytes, gpu_memory_utilization),
@@ -139,15 +141,41 @@ def summary(probes):
     return lines
 
 
-def known_answers(probes, answers):
-    """Probes with an ``expect`` pattern whose greedy text does not match it: [{name, expect, text}]."""
+# Python's re cannot be interrupted (no timeout, no signal reaches it mid-match), and a pattern with nested repetition
+# such as ^(\w+\s?)+$ takes exponential time on a text it almost matches: the search runs in a child process that is
+# killed after this long, so a catalog entry's pattern cannot hang the run that holds the host's lock.
+EXPECT_TIMEOUT_S = 2.0
+_SEARCH = 'import re, sys; sys.exit(0 if re.search(sys.argv[1], sys.stdin.read()) else 1)'
+
+
+def bounded_search(pattern, text, timeout_s=EXPECT_TIMEOUT_S):
+    """Whether re.search(pattern, text) finds a match: True, False, or None when it took longer than timeout_s (the
+    search is stopped). Raises re.error for a pattern that does not compile."""
+    re.compile(pattern)
+    try:
+        run = subprocess.run([sys.executable, '-I', '-S', '-c', _SEARCH, pattern], input=text, text=True,
+                             capture_output=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return None
+    if run.returncode not in (0, 1):
+        raise RuntimeError('the search for %r failed: %s' % (pattern, run.stderr.strip()[-300:]))
+    return run.returncode == 0
+
+
+def known_answers(probes, answers, timeout_s=EXPECT_TIMEOUT_S):
+    """Probes with an ``expect`` pattern whose greedy text does not match it: [{name, expect, text}], and
+    ``timed_out: true`` where the search was stopped after timeout_s (counted as not matching)."""
     by_name = {a['name']: a for a in answers}
     missed = []
     for probe in probes:
         if probe.get('expect'):
             text = by_name.get(probe['name'], {}).get('text', '')
-            if not re.search(probe['expect'], text):
-                missed.append({'name': probe['name'], 'expect': probe['expect'], 'text': text[:200]})
+            found = bounded_search(probe['expect'], text, timeout_s)
+            if not found:
+                miss = {'name': probe['name'], 'expect': probe['expect'], 'text': text[:200]}
+                if found is None:
+                    miss['timed_out'] = True
+                missed.append(miss)
     return missed
 
 

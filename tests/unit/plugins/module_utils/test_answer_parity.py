@@ -1,5 +1,8 @@
 """Golden-answer parity (issue #30): the key, the answers read from vLLM's completion, the comparison (near-ties,
 logprob drift, the first diverging token), known answers and tool calls; the controller's filters over them."""
+import re
+import time
+
 import pytest
 from ansible.errors import AnsibleFilterError
 
@@ -170,3 +173,18 @@ def test_parity_records_lie_beside_the_pivot_records():
     for model, digest in (('org/m', 'ab'), ('m', ''), ('m', '../x')):
         with pytest.raises(ValueError):
             results_paths.parity_record_path('results', 'gpu1', model, digest)
+
+
+def test_an_expect_pattern_that_would_run_for_ever_is_stopped_and_counted_as_missed():
+    """Issue 43: nested repetition takes exponential time on a text it almost matches (~1 s at 25 characters, x3 per
+    two more); the search runs in a child process stopped after the limit, so a catalog pattern cannot hang the run
+    that holds the host's lock."""
+    text = "the capital of france is paris and it is " * 2 + "!"
+    probes = [{'name': 'slow', 'prompt': 'x', 'expect': r'^(\w+\s?)+$'}, {'name': 'fine', 'prompt': 'y', 'expect': '(?i)paris'}]
+    started = time.monotonic()
+    missed = ap.known_answers(probes, [answer('slow', [1], text=text), answer('fine', [2], text=text)], timeout_s=0.5)
+    assert time.monotonic() - started < 5
+    assert missed == [{'name': 'slow', 'expect': r'^(\w+\s?)+$', 'text': text, 'timed_out': True}]
+    assert ap.bounded_search(r'^(\w+\s?)+$', "short words", 0.5) is True
+    with pytest.raises(re.error):
+        ap.bounded_search('(unclosed', 'text')
