@@ -1,6 +1,8 @@
 """The rules of LAN seeding (module_utils/peer_seeding.py): rounds, state between rounds, access lines, rsync."""
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import peer_seeding as seed
@@ -113,10 +115,22 @@ def test_authorized_key_line_forces_a_read_only_rsync_of_one_directory():
     assert line == ('command="/usr/bin/rrsync -ro /srv/models/tiny--0123456789ab/",restrict,from="10.0.0.5",'
                     'expiry-time="202612051800Z" %s llmfleet-seed:gpu-02' % KEY)
     assert 'expiry-time="202612051800"' in seed.authorized_key_line(KEY, "/srv/models/x", None, "202612051800")
-    assert "from=" not in seed.authorized_key_line(KEY, "/srv/models/x", "gpu-02.lan", None)
+    # A name is bound to what it resolves to (sshd matches names only with UseDNS), and one that does not resolve is
+    # refused rather than left open to any address (issue 43).
+    resolved = seed.authorized_key_line(KEY, "/srv/models/x", "gpu-02.lan", None,
+                                        resolve=lambda name: ["10.0.0.7", "fd00::7"])
+    assert resolved.startswith('command="/usr/bin/rrsync -ro /srv/models/x/",restrict,from="10.0.0.7,fd00::7" ')
+
+    def unknown(name):
+        raise socket.gaierror(-2, "Name or service not known")
+    with pytest.raises(seed.SeedError, match="gpu-02.lan does not resolve"):
+        seed.authorized_key_line(KEY, "/srv/models/x", "gpu-02.lan", None, resolve=unknown)
+    with pytest.raises(seed.SeedError, match="must be an IP address or a host name"):
+        seed.authorized_key_line(KEY, "/srv/models/x", "10.0.0.1,0.0.0.0/0", None)
 
 
-@pytest.mark.parametrize("path", ["/srv/models/a b", '/srv/"x', "relative", "/srv/models/../etc", "/srv/$(id)"])
+@pytest.mark.parametrize("path", ["/srv/models/a b", '/srv/"x', "relative", "/srv/models/../etc", "/srv/$(id)", "/", "//",
+                                  "/./", "/srv/./models"])
 def test_a_directory_that_could_escape_the_forced_command_is_refused(path):
     with pytest.raises(seed.SeedError, match="model directory"):
         seed.authorized_key_line(KEY, path)
@@ -125,6 +139,11 @@ def test_a_directory_that_could_escape_the_forced_command_is_refused(path):
 def test_known_hosts_and_rsync_command_line():
     assert seed.known_hosts_line("127.0.0.1", 2271, KEY + " root@x") == "[127.0.0.1]:2271 " + KEY
     assert seed.known_hosts_line("10.0.0.1", 22, KEY) == "10.0.0.1 " + KEY
+    assert seed.known_hosts_line("gpu-01.lan", 22, KEY) == "gpu-01.lan " + KEY
+    # A newline would add a line of its own (a key for any host); a pattern would match other hosts (issue 43).
+    for address in ("10.0.0.1\n* " + KEY, "*", "gpu-01 gpu-02", "!gpu-01"):
+        with pytest.raises(seed.SeedError, match="a source's address must be"):
+            seed.known_hosts_line(address, 22, KEY)
     argv = seed.rsync_argv("llmfleet-seed", "::1", 22, "/srv/models/m", "/run/k", "/run/kh", 2048, 60)
     assert argv[-2:] == ["llmfleet-seed@[::1]:/", "/srv/models/m/"]
     assert "--bwlimit=2048" in argv and "--ignore-existing" in argv and "--recursive" not in argv
