@@ -8,6 +8,15 @@ from __future__ import annotations
 import copy
 import re
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.serve_args import forbidden_arg_message
+
+# Environment the collection sets itself: a catalog entry or override that set these would turn on vLLM's dev-mode
+# endpoints (/sleep, /wake_up, /collective_rpc: no API key checks there) or put a key in the unit file's plain text.
+OWNED_ENVIRONMENT = {
+    'VLLM_SERVER_DEV_MODE': "the pivot turns vLLM's dev mode on for sleep mode only (pivot_sleep_previous), behind the gateway",
+    'VLLM_API_KEY': 'the API key goes through service_deploy_api_key / pivot_api_key into a 0600 environment file',
+}
+
 
 class CatalogError(ValueError):
     """A catalog entry or lookup is invalid; the message names the model, the field and what is allowed."""
@@ -313,6 +322,12 @@ def _cross_checks(entry):
     for where, serving in combos:
         if serving.get('enable_auto_tool_choice') and not serving.get('tool_call_parser'):
             errors.append('%s: enable_auto_tool_choice needs tool_call_parser (vLLM refuses to start without one)' % where)
+        for variable in sorted(set(serving.get('environment') or {}) & set(OWNED_ENVIRONMENT)):
+            errors.append('%s.environment: %s is set by the collection, not the catalog: %s'
+                          % (where, variable, OWNED_ENVIRONMENT[variable]))
+        for token in serving.get('extra_args') or []:
+            if forbidden_arg_message(token):
+                errors.append('%s.extra_args: %s' % (where, forbidden_arg_message(token)))
     return errors
 
 

@@ -48,8 +48,13 @@ SERVE_OPTIONS = (
     ('override_generation_config', 'json'),
 )
 NOT_ARGS = ('extra_args', 'environment')
+# Options the collection sets itself, refused in extra_args (which come after them, so argparse would take theirs).
 # Secrets travel in the environment (VLLM_API_KEY), never on the command line where ps and the unit show them.
-FORBIDDEN_ARGS = ('--api-key',)
+FORBIDDEN_ARGS = {
+    '--api-key': 'set the API key through the environment (VLLM_API_KEY, service_deploy_api_key)',
+    '--host': 'the collection binds the server itself (loopback behind the gateway; pivot_bind_host, service_deploy_host)',
+    '--port': "the port is the catalog entry's port, or pivot_port / service_deploy_port",
+}
 
 # \Z, not $: $ also matches before a final newline (a token 'chat\n' would be left unquoted and end ExecStart=).
 _SAFE_TOKEN = re.compile(r'^[A-Za-z0-9_@+=:,./-]+\Z')
@@ -95,10 +100,18 @@ def serve_args(serving):
             args.extend([flag, json.dumps(value, sort_keys=True, separators=(',', ':'))])
     extra = [_text(v) for v in serving.get('extra_args') or []]
     for token in extra:
-        if forbidden_arg(token):
-            raise ValueError('%s must not be passed on the command line (extra_args has %s): set the API key through the'
-                             ' environment (VLLM_API_KEY, service_deploy_api_key)' % (forbidden_arg(token), token.split('=', 1)[0]))
+        message = forbidden_arg_message(token)
+        if message:
+            raise ValueError(message)
     return args + extra
+
+
+def forbidden_arg_message(token):
+    """Why an extra_args token may not be passed, or ''."""
+    option = forbidden_arg(token)
+    if not option:
+        return ''
+    return '%s must not be passed on the command line (extra_args has %s): %s' % (option, _text(token).split('=', 1)[0], FORBIDDEN_ARGS[option])
 
 
 def _text(value):

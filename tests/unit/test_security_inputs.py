@@ -22,7 +22,7 @@ def test_every_spelling_of_api_key_is_refused(token):
         sa.serve_args({'extra_args': [token, 'sk-secret']})
 
 
-@pytest.mark.parametrize('token', ['--api-server-count', '--port', 'api-key', '-a', '--', 'sk-x', '--apikey'])
+@pytest.mark.parametrize('token', ['--api-server-count', '--portable', 'api-key', '-a', '--', 'sk-x', '--apikey', '--hf-overrides'])
 def test_other_tokens_pass_the_api_key_guard(token):
     assert sa.forbidden_arg(token) is None
     if token.startswith('--') and len(token) > 2:
@@ -92,3 +92,12 @@ def test_recorded_service_names_load():
     state = {'version': 1, 'slots': {'default': {'name': 'default', 'model': 'a', 'unit': 'vllm-a.service'},
                                      'b': {'name': 'b', 'model': 'h', 'unit': 'vllm-handmade@x:1.service'}}}
     assert hs.load_state(json.dumps(state)) == (state['slots'], False)
+
+
+@pytest.mark.parametrize('token, option', [('--host', '--host'), ('--host=0.0.0.0', '--host'), ('--ho', '--host'),
+                                           ('--port=8000', '--port'), ('--por', '--port')])
+def test_the_options_the_collection_sets_are_refused_in_extra_args(token, option):
+    """Issue 43: extra_args come after the collection's own --host and --port, so argparse would take theirs: a
+    --host 0.0.0.0 there would put a loopback-only (dev-mode) server on every interface."""
+    with pytest.raises(ValueError, match='%s must not be passed on the command line' % option):
+        sa.serve_args({'extra_args': [token, '0.0.0.0']})

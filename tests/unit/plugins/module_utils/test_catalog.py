@@ -120,6 +120,14 @@ def _bad(mutate, name='minimax-m25'):
 @pytest.mark.parametrize('mutate, expected', [
     (lambda e: e['serving'].update(tensor_parallel_size=0),
      "model 'minimax-m25': serving.tensor_parallel_size must be a positive integer, got 0"),
+    # Issue 43: what the collection sets itself (dev mode only for sleep, behind the gateway; the key in a 0600 file;
+    # the bind address and port), refused by name in a catalog entry, an override or a profile.
+    (lambda e: e['serving'].update(environment={'VLLM_SERVER_DEV_MODE': '1'}),
+     "serving.environment: VLLM_SERVER_DEV_MODE is set by the collection, not the catalog: the pivot turns vLLM's dev"),
+    (lambda e: e['serving'].update(environment={'VLLM_API_KEY': 'sk-test'}),
+     'serving.environment: VLLM_API_KEY is set by the collection, not the catalog'),
+    (lambda e: e['profiles']['tp8-ep'].update(extra_args=['--host', '0.0.0.0']),
+     'profiles.tp8-ep.extra_args: --host must not be passed on the command line (extra_args has --host): the collection binds'),
     (lambda e: e['serving'].update(tensor_parallel_size='8'),
      "serving.tensor_parallel_size must be a positive integer, got '8'"),
     (lambda e: e['serving'].update(tensor_parallel_size=True),
