@@ -2,7 +2,9 @@
 
     wait-ready.py UNIT HEALTH_URL TIMEOUT_S INTERVAL_S [LAUNCH_RUN_DIR]
 
-Exit 0 when /health answers 200 (HEALTH_URL file:///PATH: when PATH exists), printing JSON: time_to_ready_s (the
+Exit 0 when /health answers 200 (HEALTH_URL file:///PATH: when PATH exists and, when it is JSON naming a pid, that pid
+is the unit's main process: a file an earlier start left, in a directory systemd did not remove, is not this start's),
+printing JSON: time_to_ready_s (the
 unit's main process start -> the first 200; for a start behind vllm-launch.py, whose LAUNCH_RUN_DIR/went says when it
 went: that moment -> the first 200, so a held start's wait is not counted), held (whether that start was held),
 ready_monotonic_s (CLOCK_MONOTONIC then, comparable with systemd's and the journal's monotonic timestamps on this host)
@@ -43,9 +45,27 @@ def went(run_dir, main_started):
     return data["monotonic_s"], bool(data.get("held"))
 
 
-def healthy(url):
+def main_pid(unit):
+    out = subprocess.run(["systemctl", "show", "-P", "MainPID", unit], capture_output=True, text=True, check=False).stdout
+    return int(out.strip() or 0)
+
+
+def this_starts_file(path, unit):
+    """Whether PATH exists and is this start's: a JSON file with a pid (the launcher's armed) must name the unit's main
+    process. A unit rewritten without the launcher keeps the directory of its last launcher start when it stops."""
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    return not isinstance(data, dict) or "pid" not in data or data["pid"] == main_pid(unit)
+
+
+def healthy(url, unit):
     if url.startswith("file://"):
-        return os.path.exists(url[len("file://"):])
+        return this_starts_file(url[len("file://"):], unit)
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
             return resp.status == 200
@@ -59,7 +79,7 @@ def main():
     restarts_at_start = unit_state(unit)[2]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if healthy(url):
+        if healthy(url, unit):
             ready_monotonic, ready_at = time.clock_gettime(time.CLOCK_MONOTONIC), time.time()
             started = main_start_monotonic(unit)
             went_at, held = went(run_dir, started) if run_dir else (None, None)

@@ -173,3 +173,21 @@ def test_the_test_beds_standin_server_serves_behind_the_launcher_once_released(t
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+
+
+def test_an_armed_file_an_earlier_start_left_is_not_this_starts(tmp_path):
+    """wait-ready.py (the arm's wait): a unit rewritten without the launcher (-e llmfleet_fast_start=false) has no
+    RuntimeDirectory=, so its stop keeps the launcher's directory of the start before; the next fast start's wait must
+    not take that start's `armed` for its own. Found on the H100 (lease 5): the pivot stopped the old model 6 s before
+    the new launcher had imported vLLM, and that wait was downtime."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('wait_ready', REPO / 'roles' / 'service_deploy' / 'files' / 'wait-ready.py')
+    wait_ready = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wait_ready)
+    armed = tmp_path / 'armed'
+    wait_ready.main_pid = lambda unit: 4242
+    assert not wait_ready.healthy('file://%s' % armed, 'vllm-x.service')
+    armed.write_text(json.dumps({'pid': 1717, 'armed_at': 1.0}))
+    assert not wait_ready.healthy('file://%s' % armed, 'vllm-x.service')
+    armed.write_text(json.dumps({'pid': 4242, 'armed_at': 2.0}))
+    assert wait_ready.healthy('file://%s' % armed, 'vllm-x.service')
