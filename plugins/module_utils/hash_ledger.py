@@ -22,6 +22,7 @@ import os
 import threading
 import time
 
+from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write
 from ansible_collections.llmfleet.vllm.plugins.module_utils.file_hashing import hash_file
 
 LEDGER_RELPATH = ".cache/llmfleet/hashed.json"
@@ -94,8 +95,6 @@ class Ledger:
         with self._save_lock:
             with self._lock:
                 data = {"files": dict(self.entries)}
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as handle:
-                json.dump(data, handle, sort_keys=True)
-            os.replace(tmp, self.path)
+            # A temporary name of its own: a killed run's module may still be saving the same ledger (seen in CI:
+            # two writers of one hashed.json.tmp, the second rename found it gone).
+            atomic_write(self.path, json.dumps(data, sort_keys=True))
