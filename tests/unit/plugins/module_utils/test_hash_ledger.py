@@ -208,12 +208,12 @@ def test_concurrent_records_and_saves(tmp_path):
 def test_two_writers_of_one_ledger_never_trip_over_each_others_temporary_file(tmp_path):
     """A killed run's module may still be saving the ledger while the next run's saves it (CI, 2026-12-06: the second
     rename of a shared hashed.json.tmp found it gone). Each save writes a temporary file of its own."""
-    ledgers = [Ledger(str(tmp_path)) for _ in range(2)]
+    ledgers = [Ledger(str(tmp_path)) for _writer in range(2)]
     errors = []
 
     def save_often(ledger):
         try:
-            for _ in range(200):
+            for _save in range(200):
                 ledger.save()
         except OSError as exc:
             errors.append(exc)
