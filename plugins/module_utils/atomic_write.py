@@ -31,11 +31,12 @@ def replace_durably(source, path):
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def atomic_write(path, data, mode=0o644, make_dirs=True, dir_mode=0o755):
+def atomic_write(path, data, mode=0o644, make_dirs=True, dir_mode=0o755, durable=True):
     """Write data (str: UTF-8, or bytes) to path durably and atomically, with the file mode given.
 
     The temp file is created next to path (a hidden name, removed again when anything fails), written, fsynced,
-    renamed over path, and the directory fsynced. make_dirs creates missing parents (dir_mode).
+    renamed over path, and the directory fsynced. make_dirs creates missing parents (dir_mode). durable=False skips
+    both fsyncs, for a cache that a power loss may leave empty (its reader starts afresh) but that is written often.
     """
     directory = os.path.dirname(os.path.abspath(path))
     if make_dirs and not os.path.isdir(directory):
@@ -47,10 +48,12 @@ def atomic_write(path, data, mode=0o644, make_dirs=True, dir_mode=0o755):
             handle.write(payload)
             handle.flush()
             os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    fsync_dir(directory)
+    if durable:
+        fsync_dir(directory)

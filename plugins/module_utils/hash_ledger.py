@@ -96,5 +96,6 @@ class Ledger:
             with self._lock:
                 data = {"files": dict(self.entries)}
             # A temporary name of its own: a killed run's module may still be saving the same ledger (seen in CI:
-            # two writers of one hashed.json.tmp, the second rename found it gone).
-            atomic_write(self.path, json.dumps(data, sort_keys=True))
+            # two writers of one hashed.json.tmp, the second rename found it gone). Not fsynced: it is saved after
+            # every file hashed, and a ledger a power loss empties only means hashing again.
+            atomic_write(self.path, json.dumps(data, sort_keys=True), durable=False)
