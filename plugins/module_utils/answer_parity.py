@@ -145,7 +145,10 @@ def summary(probes):
 # such as ^(\w+\s?)+$ takes exponential time on a text it almost matches: the search runs in a child process that is
 # killed after this long, so a catalog entry's pattern cannot hang the run that holds the host's lock.
 EXPECT_TIMEOUT_S = 2.0
-_SEARCH = 'import re, sys; sys.exit(0 if re.search(sys.argv[1], sys.stdin.read()) else 1)'
+# The pattern and the text travel as JSON on stdin (argv cannot hold a NUL, and JSON's escapes carry any string);
+# 0 is a match, 3 none: anything else is the child's own failure.
+_SEARCH = ('import json, re, sys; pattern, text = json.loads(sys.stdin.buffer.read().decode("utf-8")); '
+           'sys.exit(0 if re.search(pattern, text) else 3)')
 
 
 def bounded_search(pattern, text, timeout_s=EXPECT_TIMEOUT_S):
@@ -153,12 +156,12 @@ def bounded_search(pattern, text, timeout_s=EXPECT_TIMEOUT_S):
     search is stopped). Raises re.error for a pattern that does not compile."""
     re.compile(pattern)
     try:
-        run = subprocess.run([sys.executable, '-I', '-S', '-c', _SEARCH, pattern], input=text, text=True,
+        run = subprocess.run([sys.executable, '-I', '-S', '-c', _SEARCH], input=json.dumps([pattern, text]).encode(),
                              capture_output=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         return None
-    if run.returncode not in (0, 1):
-        raise RuntimeError('the search for %r failed: %s' % (pattern, run.stderr.strip()[-300:]))
+    if run.returncode not in (0, 3):
+        raise RuntimeError('the search for %r failed: %s' % (pattern, run.stderr.decode(errors='replace').strip()[-300:]))
     return run.returncode == 0
 
 

@@ -18,7 +18,6 @@ import copy
 import ipaddress
 import re
 import shlex
-import socket
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import ORIGINALS_RELDIR
 
@@ -27,7 +26,7 @@ PUBLIC_KEY_RE = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|52
 # Paths end up inside a forced command between double quotes: no quotes, no whitespace, no shell syntax.
 SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]*\Z")
 # A host name as known_hosts and from= take it: one word, no pattern characters (* ? !), no spaces or newlines.
-HOST_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?\Z")
+HOST_NAME_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?\.?\Z")
 PARTIAL_DIR = ".cache/llmfleet/rsync-partial"
 DONE_PREFIX = "llmfleet-done "
 _STATS = {"literal": "Literal data", "matched": "Matched data", "received": "Total bytes received",
@@ -191,46 +190,27 @@ def check_seed_path(path, what):
 
 
 def check_host_address(address, what="the address"):
-    """An IP address or a host name (letters, digits, . and -): what known_hosts and from= may hold."""
+    """An IP address or a host name (letters, digits, _ . and -): what known_hosts and from= may hold."""
     address = str(address)
     if _is_ip(address) or HOST_NAME_RE.match(address):
         return address
-    raise SeedError("%s must be an IP address or a host name (letters, digits, . and -), got %r" % (what, address))
-
-
-def _resolve(name):
-    return sorted({info[4][0] for info in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)})
-
-
-def source_addresses(address, resolve=_resolve):
-    """The IP addresses sshd's from= matches for a puller: the address itself, or what its name resolves to (sshd
-    matches names only with UseDNS, which is off by default, so a name would leave the key open to any address)."""
-    address = check_host_address(address, "a puller's address")
-    if _is_ip(address):
-        return [str(ipaddress.ip_address(address))]
-    try:
-        found = resolve(address)
-    except OSError as exc:
-        raise SeedError("a puller's address %s does not resolve (%s): the seeding key must be bound to the addresses it"
-                        " comes from" % (address, exc))
-    if not found:
-        raise SeedError("a puller's address %s resolves to no address" % address)
-    return [str(ipaddress.ip_address(ip.split("%")[0])) for ip in found]
+    raise SeedError("%s must be an IP address or a host name (letters, digits, _ . and -), got %r" % (what, address))
 
 
 def authorized_key_line(public_key, source_dir, from_address=None, expiry=None, comment="",
-                        rrsync="/usr/bin/rrsync", resolve=_resolve):
-    """One authorized_keys line: this key may only rsync ``source_dir`` read-only, from ``from_address`` (an IP, or a
-    name resolved to its IPs here), until ``expiry`` (OpenSSH's ``YYYYMMDDHHMM``, the source's local time; a trailing
-    ``Z`` means UTC, which sshd understands from OpenSSH 8.7 on)."""
+                        rrsync="/usr/bin/rrsync"):
+    """One authorized_keys line: this key may only rsync ``source_dir`` read-only, from ``from_address`` when it is
+    an IP (a name is checked but not bound: sshd matches names only with UseDNS, and the controller's answer for a
+    name need not be what the source sees), until ``expiry`` (OpenSSH's ``YYYYMMDDHHMM``, the source's local time; a
+    trailing ``Z`` means UTC, which sshd understands from OpenSSH 8.7 on)."""
     key = " ".join(str(public_key).split()[:2])
     if not PUBLIC_KEY_RE.match(key):
         raise SeedError("not an OpenSSH public key: %r" % str(public_key)[:60])
     check_seed_path(source_dir, "the model directory")
     check_seed_path(rrsync, "the rrsync path")
     options = ['command="%s -ro %s"' % (rrsync, source_dir.rstrip("/") + "/"), "restrict"]
-    if from_address:
-        options.append('from="%s"' % ",".join(source_addresses(from_address, resolve)))
+    if from_address and _is_ip(check_host_address(from_address, "a puller's address")):
+        options.append('from="%s"' % ipaddress.ip_address(from_address))
     if expiry:
         if not re.match(r"^\d{12}Z?\Z", expiry):
             raise SeedError("expiry must be YYYYMMDDHHMM (local time of the source) or YYYYMMDDHHMMZ, got %r" % expiry)

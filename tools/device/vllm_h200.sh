@@ -118,6 +118,7 @@ label_env() {
     fork*|launchfork*) echo "{$jit, \"VLLM_WORKER_MULTIPROC_METHOD\": \"fork\"}" ;;
     launchinproc*) echo "{$jit, \"VLLM_ENABLE_V1_MULTIPROCESSING\": \"0\"}" ;;
     plainfork*) echo '{"VLLM_WORKER_MULTIPROC_METHOD": "fork"}' ;;
+    sleep) echo '{"VLLM_SERVER_DEV_MODE": "1"}' ;;
     *) echo "{}" ;;
   esac
 }
