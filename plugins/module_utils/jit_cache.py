@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import stat
+import tarfile
 import time
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import file_hashing
@@ -28,6 +29,8 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils import file_hashing
 JIT_DIRS = ("vllm", ".triton", "torchinductor", ".nv")
 MANIFEST_NAME = "llmfleet-jit-manifest.json"
 SET_ASIDE_DIR = "jit-set-aside"
+# Where a copy from another host is unpacked and checked before anything of it enters the caches.
+SEED_STAGING_DIR = "jit-seed-staging"
 FORMAT = 1
 # What a compiled artifact depends on: a copy built under another key is another program.
 KEY_FIELDS = ("vllm_version", "torch_version", "device", "model_config_sha256", "serve_args_sha256")
@@ -208,3 +211,127 @@ def _lexists_at(name, dir_fd):
         return True
     except FileNotFoundError:
         return False
+
+
+class _HashingReader:
+    """A file read through for tarfile, hashed as it goes."""
+
+    def __init__(self, handle):
+        self.handle, self.digest, self.bytes_read = handle, hashlib.sha256(), 0
+
+    def read(self, size=-1):
+        data = self.handle.read(size)
+        self.digest.update(data)
+        self.bytes_read += len(data)
+        return data
+
+
+def archive(cache_dir, manifest, dest, now=None):
+    """Write the manifest's files as a tar to dest (beside, then renamed), each hashed as it is read: a file that no
+    longer matches the manifest stops the archive, so a copy for other hosts never holds what the manifest does not."""
+    problems = validate(manifest)
+    if problems:
+        raise ValueError("; ".join(problems))
+    tmp = dest + ".tmp"
+    mtime = int(now if now is not None else time.time())
+    try:
+        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+            for rel in sorted(manifest["files"]):
+                entry = manifest["files"][rel]
+                with os.fdopen(os.open(os.path.join(cache_dir, rel), os.O_RDONLY | os.O_NOFOLLOW), "rb") as handle:
+                    info = os.fstat(handle.fileno())
+                    if not stat.S_ISREG(info.st_mode) or info.st_size != entry["size"]:
+                        raise ValueError("%s is no longer the file of the manifest (%d bytes, the manifest %d)"
+                                         % (rel, info.st_size, entry["size"]))
+                    member = tarfile.TarInfo(rel)
+                    member.size, member.mode, member.mtime = entry["size"], 0o644, mtime
+                    reader = _HashingReader(handle)
+                    tar.addfile(member, reader)
+                    if reader.digest.hexdigest() != entry["sha256"]:
+                        raise ValueError("%s differs from the manifest (sha256)" % rel)
+        os.replace(tmp, dest)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+    return dest
+
+
+def seed(cache_dir, manifest, source, now=None):
+    """Lay a copy from another host (a tar written by archive()) into cache_dir when it holds exactly the manifest's
+    files: unpacked into SEED_STAGING_DIR beside the caches, each member hashed as it is written, then moved in and the
+    manifest written beside them. Returns (problems, set_aside): ([], None) when seeded; otherwise nothing entered the
+    caches and the unpacked copy, if any, was set aside with the reason."""
+    problems = validate(manifest)
+    if problems:
+        return problems, None
+    listed = manifest["files"]
+    staging = os.path.join(cache_dir, SEED_STAGING_DIR)
+    aside = None
+    if os.path.lexists(staging):  # an earlier seed was killed before it moved its copy in
+        aside = _set_aside_dir(cache_dir, SEED_STAGING_DIR, "an earlier seeding did not finish", now)
+    os.mkdir(staging, 0o700)
+    written = set()
+    try:
+        with tarfile.open(source, "r:") as tar:
+            for member in tar:
+                rel = member.name
+                if rel not in listed:
+                    problems.append("%s is not in the manifest" % rel)
+                elif not member.isreg():
+                    problems.append("%s is not a regular file" % rel)
+                elif rel in written:
+                    problems.append("%s is in the copy twice" % rel)
+                else:
+                    written.add(rel)
+                    problem = _unpack(tar, member, staging, listed[rel])
+                    if problem:
+                        problems.append("%s %s" % (rel, problem))
+    except tarfile.TarError as exc:
+        problems.append("the copy cannot be read as a tar: %s" % exc)
+    problems += ["%s is missing" % rel for rel in sorted(set(listed) - written)]
+    if problems:
+        return problems, _set_aside_dir(cache_dir, SEED_STAGING_DIR, "a copy from another host:\n" + "\n".join(problems), now)
+    for rel in sorted(listed):
+        target = os.path.join(cache_dir, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.replace(os.path.join(staging, rel), target)
+    for dirpath, _dirs, _files in sorted(os.walk(staging), key=lambda walked: -len(walked[0])):
+        os.rmdir(dirpath)  # empty: every file was moved in
+    return [], aside
+
+
+def _unpack(tar, member, staging, entry):
+    """Write one member below staging, hashed as written; a problem (str) when it is not the manifest's file."""
+    path = os.path.join(staging, member.name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    digest, size = hashlib.sha256(), 0
+    source = tar.extractfile(member)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "wb") as out:
+        while True:
+            chunk = source.read(1 << 20)
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
+    if size != entry["size"]:
+        return "has %d bytes, the manifest %d" % (size, entry["size"])
+    if digest.hexdigest() != entry["sha256"]:
+        return "differs from the manifest (sha256)"
+    return None
+
+
+def _set_aside_dir(cache_dir, name, reason, now=None):
+    """Move cache_dir/name into jit-set-aside/<time>-<name>/ with the reason in its REASON file; returns where."""
+    aside_root = os.path.join(cache_dir, SET_ASIDE_DIR)
+    os.makedirs(aside_root, mode=0o755, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
+    dest, suffix = os.path.join(aside_root, "%s-%s" % (stamp, name)), 0
+    while os.path.lexists(dest):
+        suffix += 1
+        dest = os.path.join(aside_root, "%s-%s-%d" % (stamp, name, suffix))
+    os.rename(os.path.join(cache_dir, name), dest)
+    with open(os.path.join(dest, "REASON"), "w", encoding="utf-8") as handle:
+        handle.write(reason.rstrip("\n") + "\n")
+    return dest

@@ -37,8 +37,15 @@ options:
     description:
       - C(recorded) writes the manifest of the caches as they are, with their key (RV(key)).
       - C(verified) compares them with O(manifest) (default the one beside them) and sets them aside when they differ.
+      - C(archived) writes the files of the manifest beside the caches (this host's own) as a tar to O(dest), each file
+        hashed as it is read: the copy a rollout's canary gives the fleet.
+      - C(seeded) lays such a copy (O(source)) into the caches when O(manifest) (the fleet's, from the revision lock) is
+        of this unit's key and the copy holds exactly its files, each hashed as it is unpacked beside the caches; then
+        the manifest is written beside them. A copy that differs is set aside (C(jit-set-aside/<time>-jit-seed-staging/))
+        and nothing of it enters the caches; a manifest of another key seeds nothing (RV(key_matches) false). Neither
+        fails the task: the next start builds its own caches.
     type: str
-    choices: [recorded, verified]
+    choices: [recorded, verified, archived, seeded]
     required: true
   venv:
     description: The vLLM installation's venv; the key takes its vLLM and torch versions (read from their dist-info).
@@ -62,6 +69,16 @@ options:
       - The manifest to verify against (O(state=verified)), e.g. the fleet's from the revision lock. Default - the
         manifest beside the caches; without one, there is nothing to verify and nothing is set aside.
     type: dict
+  dest:
+    description: Where O(state=archived) writes the tar (written beside, then renamed).
+    type: path
+  source:
+    description: The tar O(state=seeded) lays in (one O(state=archived) wrote on another host).
+    type: path
+  remove_source:
+    description: Remove O(source) once it was read (O(state=seeded)), seeded or not.
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Reports what it would write or set aside, and changes nothing.
@@ -93,6 +110,28 @@ EXAMPLES = r"""
     model_config: /srv/models/kimi-k25-int4/config.json
     serve_args: "{{ pivot__entry.serving | llmfleet.vllm.serve_args }}"
   register: pivot__jit
+
+- name: The canary's caches, as a copy for the fleet
+  llmfleet.vllm.jit_cache:
+    cache_dir: /var/cache/llmfleet-vllm
+    state: archived
+    dest: /var/cache/llmfleet-vllm/jit-seed.tar
+    venv: /opt/vllm
+    device: NVIDIA H100 80GB HBM3 sm_90
+    model_config: /srv/models/kimi-k25-int4/config.json
+    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.serve_args }}"
+
+- name: Seed another host with that copy, checked against the manifest of the revision lock
+  llmfleet.vllm.jit_cache:
+    cache_dir: /var/cache/llmfleet-vllm
+    state: seeded
+    source: /var/cache/llmfleet-vllm/jit-seed.tar
+    remove_source: true
+    manifest: "{{ rollout__lock.jit_cache }}"
+    venv: /opt/vllm
+    device: NVIDIA H100 80GB HBM3 sm_90
+    model_config: /srv/models/kimi-k25-int4/config.json
+    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.serve_args }}"
 """
 
 RETURN = r"""
@@ -114,7 +153,15 @@ problems:
   type: list
   elements: str
 set_aside:
-  description: Where the caches were moved (O(state=verified), when they differed), else null.
+  description: Where the caches (O(state=verified)) or the copy (O(state=seeded)) were moved when they differed, else null.
+  returned: always
+  type: str
+seeded:
+  description: Whether O(state=seeded) laid the copy in.
+  returned: always
+  type: bool
+archive:
+  description: The tar O(state=archived) wrote, else null.
   returned: always
   type: str
 files:
@@ -151,13 +198,16 @@ def _read_manifest(path):
 def main():
     module = AnsibleModule(argument_spec=dict(
         cache_dir=dict(type="path", required=True),
-        state=dict(type="str", required=True, choices=["recorded", "verified"]),
+        state=dict(type="str", required=True, choices=["recorded", "verified", "archived", "seeded"]),
         venv=dict(type="path", required=True),
         device=dict(type="str", required=True),
         model_config=dict(type="path", required=True),
         serve_args=dict(type="list", elements="str", required=True),
         manifest=dict(type="dict"),
-    ), supports_check_mode=True)
+        dest=dict(type="path"),
+        source=dict(type="path"),
+        remove_source=dict(type="bool", default=False),
+    ), required_if=[("state", "archived", ["dest"]), ("state", "seeded", ["source", "manifest"])], supports_check_mode=True)
     p = module.params
     cache_dir, path = p["cache_dir"], os.path.join(p["cache_dir"], jit_cache.MANIFEST_NAME)
     try:
@@ -165,9 +215,36 @@ def main():
         key_id = jit_cache.key_id(key)
     except (OSError, ValueError) as exc:
         module.fail_json(msg="the key of the JIT caches: %s" % exc)
-    result = dict(changed=False, key=key, key_matches=None, manifest=None, problems=[], set_aside=None, files=0, bytes=0)
+    result = dict(changed=False, key=key, key_matches=None, manifest=None, problems=[], set_aside=None, seeded=False,
+                  archive=None, files=0, bytes=0)
+    manifest = None
     try:
-        if p["state"] == "recorded":
+        if p["state"] == "archived":
+            manifest = _read_manifest(path)
+            if not isinstance(manifest, dict):
+                module.fail_json(msg="%s: no manifest to archive by (%s)" % (cache_dir, manifest or "none beside the caches"),
+                                 **result)
+            result["changed"] = True
+            if not module.check_mode:
+                result["archive"] = jit_cache.archive(cache_dir, manifest, p["dest"])
+        elif p["state"] == "seeded":
+            manifest = p["manifest"]
+            result["key_matches"] = manifest.get("key_id") == key_id
+            if not result["key_matches"]:
+                result["problems"] = ["the fleet's caches were built under another key (vLLM, torch, device, model config"
+                                      " or flags): this host builds its own"]
+            elif module.check_mode:
+                result["changed"] = True
+            else:
+                result["problems"], result["set_aside"] = jit_cache.seed(cache_dir, manifest, p["source"])
+                result["seeded"] = not result["problems"]
+                if result["seeded"]:
+                    atomic_write(path, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(), mode=0o644)
+                result["changed"] = result["seeded"] or result["set_aside"] is not None
+            if p["remove_source"] and not module.check_mode and os.path.lexists(p["source"]):
+                os.unlink(p["source"])
+                result["changed"] = True
+        elif p["state"] == "recorded":
             manifest = jit_cache.build(cache_dir, key)
             old = _read_manifest(path)
             old = old if isinstance(old, dict) else {}

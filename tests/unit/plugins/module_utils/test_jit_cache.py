@@ -2,10 +2,12 @@
 the files, and a cache that does not match it set aside whole."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -212,3 +214,91 @@ def test_a_manifest_that_is_not_an_object_is_a_problem_and_an_empty_cache_is_no_
     for check in (True, False):
         empty = _run_module(dict(args, manifest=given), check=check)
         assert (empty["changed"], empty["problems"], empty["set_aside"]) == (False, ["vllm/a is missing"], None), empty
+
+
+def _tar_with(path, members):
+    """A tar of (name, bytes or None for a symbolic link) members, as another host's archive could be."""
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+def test_an_archive_of_the_canary_seeds_another_host_with_exactly_its_files(tmp_path):
+    canary, files = _cache(tmp_path / "canary")
+    manifest = jit_cache.build(str(canary), KEY)
+    archive = jit_cache.archive(str(canary), manifest, str(tmp_path / "seed.tar"))
+    assert not (tmp_path / "seed.tar.tmp").exists()
+    host = tmp_path / "host"
+    (host / "vllm" / "modelinfos").mkdir(parents=True)
+    (host / "vllm" / "modelinfos" / "own.json").write_text("{}")  # the host's own files stay beside the copy's
+    assert jit_cache.seed(str(host), manifest, archive) == ([], None)
+    assert {rel: (host / rel).read_bytes() for rel in files} == files and (host / "vllm/modelinfos/own.json").exists()
+    assert not (host / jit_cache.SEED_STAGING_DIR).exists() and jit_cache.verify(str(host), manifest) == []
+    # A file changed on the canary after its manifest was written stops the archive: no copy holds it.
+    (canary / ".triton/cache/ZX3/__grp__triton_poi_fused_0.json").write_bytes(b"[]")
+    with pytest.raises(ValueError, match="__grp__triton_poi_fused_0.json differs from the manifest"):
+        jit_cache.archive(str(canary), manifest, str(tmp_path / "again.tar"))
+    assert not (tmp_path / "again.tar").exists() and not (tmp_path / "again.tar.tmp").exists()
+
+
+def test_a_copy_that_is_not_its_manifest_is_set_aside_and_nothing_of_it_enters_the_caches(tmp_path):
+    canary, files = _cache(tmp_path / "canary")
+    manifest = jit_cache.build(str(canary), KEY)
+    kernel = ".triton/cache/ZX3/triton_poi_fused_0.cubin"
+    flipped = bytearray(files[kernel])
+    flipped[100] ^= 1
+    cases = {
+        "flipped": ([(rel, bytes(flipped) if rel == kernel else data) for rel, data in files.items()],
+                    ["%s differs from the manifest (sha256)" % kernel]),
+        "extra": (list(files.items()) + [("vllm/evil.py", b"import os")], ["vllm/evil.py is not in the manifest"]),
+        "link": ([(rel, None if rel == kernel else data) for rel, data in files.items()],
+                 ["%s is not a regular file" % kernel, "%s is missing" % kernel]),
+        "short": ([(rel, data) for rel, data in files.items() if rel != kernel], ["%s is missing" % kernel]),
+    }
+    for name, (members, expected) in cases.items():
+        host = tmp_path / name
+        host.mkdir()
+        problems, aside = jit_cache.seed(str(host), manifest, _tar_with(tmp_path / (name + ".tar"), members), now=0)
+        assert problems == expected, (name, problems)
+        assert aside == str(host / "jit-set-aside" / "19700101T000000Z-jit-seed-staging"), name
+        assert jit_cache.cache_files(str(host)) == {} and not (host / jit_cache.SEED_STAGING_DIR).exists(), name
+        reason = host / "jit-set-aside" / "19700101T000000Z-jit-seed-staging" / "REASON"
+        assert expected[0] in reason.read_text(), name
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (tmp_path / "garbage.tar").write_bytes(b"not a tar at all" * 64)
+    problems, aside = jit_cache.seed(str(garbage), manifest, str(tmp_path / "garbage.tar"), now=0)
+    assert problems[0].startswith("the copy cannot be read as a tar") and aside and jit_cache.cache_files(str(garbage)) == {}
+
+
+def test_the_module_seeds_only_a_copy_of_its_own_key_and_removes_the_copy_it_read(tmp_path):
+    canary, files = _cache(tmp_path / "canary")
+    args = {"venv": _venv(tmp_path), "device": "cpu", "model_config": str(tmp_path / "config.json"), "serve_args": []}
+    recorded = _run_module(dict(args, cache_dir=str(canary), state="recorded"))
+    archived = _run_module(dict(args, cache_dir=str(canary), state="archived", dest=str(tmp_path / "seed.tar")))
+    assert archived["changed"] and archived["archive"] == str(tmp_path / "seed.tar"), archived
+    host = tmp_path / "host"
+    host.mkdir()
+    other = _run_module(dict(args, cache_dir=str(host), state="seeded", source=archived["archive"],
+                             manifest=recorded["manifest"], device="NVIDIA H100 80GB HBM3 sm_90"))
+    assert (other["seeded"], other["key_matches"], other["changed"]) == (False, False, False), other
+    assert "built under another key" in other["problems"][0] and jit_cache.cache_files(str(host)) == {}
+    checked = _run_module(dict(args, cache_dir=str(host), state="seeded", source=archived["archive"],
+                               manifest=recorded["manifest"], remove_source=True), check=True)
+    assert checked["changed"] and not checked["seeded"] and (tmp_path / "seed.tar").exists()
+    seeded = _run_module(dict(args, cache_dir=str(host), state="seeded", source=archived["archive"],
+                              manifest=recorded["manifest"], remove_source=True))
+    assert (seeded["seeded"], seeded["problems"], seeded["files"]) == (True, [], len(files)), seeded
+    assert not (tmp_path / "seed.tar").exists()
+    assert json.loads((host / jit_cache.MANIFEST_NAME).read_text()) == recorded["manifest"]
+    verified = _run_module(dict(args, cache_dir=str(host), state="verified"))
+    assert (verified["problems"], verified["key_matches"]) == ([], True), verified
+    nothing = _run_module(dict(args, cache_dir=str(tmp_path / "empty"), state="archived", dest=str(tmp_path / "x.tar")))
+    assert nothing["failed"] and "no manifest to archive by" in nothing["msg"], nothing
