@@ -32,6 +32,13 @@ def revision_lock_path(results_dir, model):
         raise AnsibleFilterError('revision_lock_path: %s' % exc)
 
 
+def jit_cache_archive_path(results_dir, model):
+    try:
+        return results_paths.jit_cache_archive_path(results_dir, model)
+    except ValueError as exc:
+        raise AnsibleFilterError('jit_cache_archive_path: %s' % exc)
+
+
 def revision_locks(results_dir):
     return results_paths.read_revision_locks(results_dir)
 
@@ -40,4 +47,4 @@ class FilterModule:
     def filters(self):
         return {'pivot_records_dir': pivot_records_dir, 'pivot_record_path': pivot_record_path,
                 'parity_record_path': parity_record_path, 'revision_lock_path': revision_lock_path,
-                'revision_locks': revision_locks}
+                'revision_locks': revision_locks, 'jit_cache_archive_path': jit_cache_archive_path}

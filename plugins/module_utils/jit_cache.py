@@ -335,3 +335,26 @@ def _set_aside_dir(cache_dir, name, reason, now=None):
     with open(os.path.join(dest, "REASON"), "w", encoding="utf-8") as handle:
         handle.write(reason.rstrip("\n") + "\n")
     return dest
+
+
+def summary(jit):
+    """One line for a pivot's summary from its record's jit_cache ({seeded, verified, recorded}: what each step found)."""
+    jit = jit or {}
+    parts = []
+    seeded = jit.get("seeded")
+    if seeded:
+        parts.append("seeded from the fleet's copy (%d files)" % seeded["files"] if seeded.get("seeded")
+                     else "the fleet's copy not laid in: %s" % "; ".join(seeded.get("problems") or ["?"])[:300])
+    verified = jit.get("verified")
+    if verified:
+        if verified.get("set_aside"):
+            parts.append("set aside before the start (%s) to %s; this start built its own"
+                         % ("; ".join(verified.get("problems") or ["?"])[:300], verified["set_aside"]))
+        elif verified.get("files"):
+            parts.append("%d files verified before the start" % verified["files"])
+        else:
+            parts.append("none before the start")
+    recorded = jit.get("recorded")
+    if recorded:
+        parts.append("%d files (%.1f MB) recorded after the gate" % (recorded.get("files") or 0, (recorded.get("bytes") or 0) / 1e6))
+    return "JIT caches: " + ("; ".join(parts) if parts else "not checked (nothing started)")

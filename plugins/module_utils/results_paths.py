@@ -47,6 +47,12 @@ def revision_lock_path(results_dir, model):
     return os.path.join(str(results_dir), LOCKS_DIR, '%s.json' % model)
 
 
+def jit_cache_archive_path(results_dir, model):
+    """<results>/locks/<model>.jit.tar: the JIT caches a rollout's canary built for ``model``, whose manifest its
+    revision lock holds (jit_cache); the fleet's hosts are seeded from it."""
+    return revision_lock_path(results_dir, model)[:-len('.json')] + '.jit.tar'
+
+
 def read_revision_locks(results_dir):
     """{model: commit} of every revision lock in the results (none: {}); a lock that is not JSON is skipped."""
     locks = {}

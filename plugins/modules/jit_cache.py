@@ -35,15 +35,16 @@ options:
     required: true
   state:
     description:
-      - C(recorded) writes the manifest of the caches as they are, with their key (RV(key)).
+      - C(recorded) writes the manifest of the caches as they are, with their key (RV(key)). A cache directory that does
+        not exist (a unit that never started) is nothing to record or verify.
       - C(verified) compares them with O(manifest) (default the one beside them) and sets them aside when they differ.
       - C(archived) writes the files of the manifest beside the caches (this host's own) as a tar to O(dest), each file
-        hashed as it is read: the copy a rollout's canary gives the fleet.
+        hashed as it is read (the copy a rollout's canary gives the fleet).
       - C(seeded) lays such a copy (O(source)) into the caches when O(manifest) (the fleet's, from the revision lock) is
         of this unit's key and the copy holds exactly its files, each hashed as it is unpacked beside the caches; then
         the manifest is written beside them. A copy that differs is set aside (C(jit-set-aside/<time>-jit-seed-staging/))
         and nothing of it enters the caches; a manifest of another key seeds nothing (RV(key_matches) false). Neither
-        fails the task: the next start builds its own caches.
+        fails the task (the next start builds its own caches).
     type: str
     choices: [recorded, verified, archived, seeded]
     required: true
@@ -70,7 +71,9 @@ options:
         manifest beside the caches; without one, there is nothing to verify and nothing is set aside.
     type: dict
   dest:
-    description: Where O(state=archived) writes the tar (written beside, then renamed).
+    description:
+      - Where O(state=archived) writes the tar (written beside, then renamed); with O(state=recorded), the tar of what
+        was just recorded.
     type: path
   source:
     description: The tar O(state=seeded) lays in (one O(state=archived) wrote on another host).
@@ -244,6 +247,8 @@ def main():
             if p["remove_source"] and not module.check_mode and os.path.lexists(p["source"]):
                 os.unlink(p["source"])
                 result["changed"] = True
+        elif not os.path.isdir(cache_dir):
+            pass  # a unit that never started: nothing to verify or record
         elif p["state"] == "recorded":
             manifest = jit_cache.build(cache_dir, key)
             old = _read_manifest(path)
@@ -252,6 +257,10 @@ def main():
                 k: v for k, v in manifest.items() if k != "built_at"}
             if result["changed"] and not module.check_mode:
                 atomic_write(path, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(), mode=0o644)
+            if p["dest"]:
+                result["changed"] = True
+                if not module.check_mode:
+                    result["archive"] = jit_cache.archive(cache_dir, manifest, p["dest"])
         else:
             given = p["manifest"] is not None
             manifest = p["manifest"] if given else _read_manifest(path)

@@ -242,6 +242,14 @@ cmd_standin() {
   ln -s python3 "$root$venv/bin/python"
   cp -r "$(dirname "$0")/../../tests/standin/vllm" "$root$venv/lib/$python/site-packages/vllm"
   find "$root$venv" -name __pycache__ -prune -exec rm -rf {} +
+  # What the JIT caches' key reads from a venv (jit_cache): the versions of vllm and torch, from their dist-info.
+  local dist version
+  version=$(sed -n 's/^VERSION = "\(.*\)"$/\1/p' "$(dirname "$0")/../../tests/standin/vllm/standin_server.py")
+  for dist in vllm torch; do
+    install -d "$root$venv/lib/$python/site-packages/$dist-$version.dist-info"
+    printf 'Metadata-Version: 2.1\nName: %s\nVersion: %s\n' "$dist" "$version" \
+      >"$root$venv/lib/$python/site-packages/$dist-$version.dist-info/METADATA"
+  done
   printf '#!%s/bin/python3\nimport sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n' "$venv" >"$root$venv/bin/vllm"
   chmod 0755 "$root$venv/bin/vllm"
   log "stand-in vLLM server in $name:$venv ($python)"
