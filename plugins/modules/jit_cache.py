@@ -267,7 +267,10 @@ def main():
             if manifest is not None:
                 # A copy from elsewhere holds exactly its manifest's files; the host's own caches may have gained
                 # kernels of later starts.
-                problems = [manifest] if isinstance(manifest, str) else jit_cache.verify(cache_dir, manifest, exact=given)
+                try:
+                    problems = [manifest] if isinstance(manifest, str) else jit_cache.verify(cache_dir, manifest, exact=given)
+                except ValueError as exc:  # a link, FIFO or device among the caches: never a failed start
+                    problems = [str(exc)]
                 result["key_matches"] = isinstance(manifest, dict) and manifest.get("key_id") == key_id
                 # A copy from elsewhere is only this unit's cache when built under its key. The host's own manifest
                 # may be another start's (a profile, a vLLM upgrade): vLLM and Triton key their own files, so those

@@ -368,6 +368,12 @@ def test_stop_then_start_answers_503_with_retry_after_only_while_the_gateway_is_
     assert phases["phases"]["api_server"] is not None and "weights_load_s" in phases["reported"], phases
     assert 0 < phases["from_go_s"] <= record["load_time_s"] + 1.5 and not phases["spawn_forced"], phases
     assert "start phases (s, from the server log): " in result.stdout
+    # Item 2: what the model's earlier starts cached was kept across the restarts, verified against its manifest before
+    # this start, and recorded again after the gate under the same key.
+    jit = record["jit_cache"]
+    assert jit["verified"]["files"] > 0 and (jit["verified"]["problems"], jit["verified"]["set_aside"]) == ([], None), jit
+    assert jit["recorded"]["files"] >= jit["verified"]["files"] and jit["recorded"]["key_id"] == jit["verified"]["key_id"], jit
+    assert f"JIT caches: {jit['verified']['files']} files verified before the start" in result.stdout, result.stdout[-6000:]
     assert "(go -> ready; armed while the old model served: vLLM imported in" in result.stdout, result.stdout[-6000:]
     assert _ssh(f"systemctl is-active {old_unit}; systemctl is-enabled {old_unit}").split() == ["inactive", "disabled"]
     assert _ssh("ls /run/llmfleet-launch/ | grep -c hold || true") == "0"

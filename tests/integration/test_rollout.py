@@ -252,6 +252,23 @@ def test_1_first_rollout_from_nothing(fleet):
         assert _seed_access_left(host) == "", host
     lock = json.loads((fleet.results / "locks" / "tiny-llama-a.json").read_text())
     assert sorted(f["path"] for f in lock["manifest"]["files"]) == _hub_files("tiny-llama-a"), lock
+    # Issue 45 item 2: what the canary's vLLM cached for its start (its JIT caches) went to the fleet with their manifest
+    # in the lock; the batch's hosts were given them before their starts, checked file by file against it.
+    jit = lock["jit_cache"]
+    assert jit["files"] and jit["key"]["device"] == "cpu" and (fleet.results / "locks" / "tiny-llama-a.jit.tar").is_file(), jit
+    canary = _pivot_record(fleet, "fleet-r1", "tiny-llama-a")["jit_cache"]
+    assert "seeded" not in canary and canary["recorded"]["key_id"] == jit["key_id"], canary
+    for host in ("fleet-r2", "fleet-r3"):
+        record = _pivot_record(fleet, host, "tiny-llama-a")["jit_cache"]
+        assert record["seeded"]["seeded"] and record["seeded"]["files"] == len(jit["files"]), (host, record)
+        assert (record["verified"]["problems"], record["verified"]["key_matches"]) == ([], True), (host, record)
+        here = json.loads(_ssh(host, "cat", "/var/cache/llmfleet-vllm/llmfleet-jit-manifest.json"))
+        assert here["key_id"] == jit["key_id"] and set(jit["files"]) <= set(here["files"]), (host, here)
+    assert out.count("JIT caches: seeded from the fleet's copy (%d files)" % len(jit["files"])) == 2, _tail(result)
+
+
+def _pivot_record(fleet, host: str, model: str) -> dict:
+    return json.loads((fleet.results / host / "pivots" / f"{model}-latest.json").read_text())
 
 
 def _sender_pid(host: str) -> str:
@@ -435,9 +452,14 @@ def test_3_failed_second_batch_stops_the_rollout(fleet):
 def test_4_rerun_continues_where_it_stopped(fleet):
     fleet.use_standin()  # as from test 3 (each of tests 3-6 says so: any of them may be re-run alone)
     r1_pid = _main_pid("fleet-r1", "tiny-llama-b")
+    # A cache that is no longer what its manifest says (one byte of a file it lists) is set aside before the start.
+    manifest = json.loads(_ssh("fleet-r3", "cat", "/var/cache/llmfleet-vllm/llmfleet-jit-manifest.json"))
+    flipped = sorted(manifest["files"])[0]
+    subprocess.run([TESTBED, "exec", "fleet-r3", "python3", "-c", f"f = open('/var/cache/llmfleet-vllm/{flipped}', 'r+b'); "
+                    "b = f.read(1); f.seek(0); f.write(bytes([b[0] ^ 1])); f.close()"], check=True)
     with _fleet_client() as client:
         result = fleet.rollout("4-a-to-b-rerun", "-e", "model=tiny-llama-b", "-e", "rollout_batch_size=2",
-                               "-e", "rollout_min_tok_s_ratio=0.05")
+                               "-e", "rollout_min_tok_s_ratio=0.05", "-e", "fast_start_seed_cache=false")
     traffic = client.summary()
     log_summary(traffic)
     assert result.returncode == 0, _tail(result)
@@ -460,6 +482,13 @@ def test_4_rerun_continues_where_it_stopped(fleet):
     lock = json.loads((fleet.results / "locks" / "tiny-llama-b.json").read_text())
     assert lock["revision"] == "main" and len(lock["commit"]) == 40, lock
     assert {_slot(host)["revision"] for host in HOSTS} == {lock["commit"]}
+    # -e fast_start_seed_cache=false: no host was given the canary's caches; fleet-r3's flipped one was set aside, said.
+    jit = {host: _pivot_record(fleet, host, "tiny-llama-b")["jit_cache"] for host in ("fleet-r2", "fleet-r3")}
+    assert "seeded" not in jit["fleet-r2"] and jit["fleet-r2"]["verified"]["problems"] == [], jit
+    assert "seeded" not in jit["fleet-r3"] and jit["fleet-r3"]["verified"]["problems"] == [
+        f"{flipped} differs from the manifest (sha256)"], jit
+    aside = jit["fleet-r3"]["verified"]["set_aside"]
+    assert flipped in _ssh("fleet-r3", "cat", f"{aside}/REASON") and "set aside before the start" in result.stdout, jit
     print(report)
 
 

@@ -29,6 +29,8 @@
 #   pivot-revslow|revfast|revfast2|revslow2  new commits of B, stop-then-start: -e llmfleet_fast_start=false (the old
 #            path) and fast start (armed beside the old B; issue 45)
 #   pivot-revfew|revfew2|revfew3  the same with the profile fewgraphs (9 CUDA graph sizes; item 4)
+#   pivot-revrec, jitseedprep, pivot-revseedm  item 2 as built: the caches recorded and fetched after a gate, kept as the
+#            fleet's, the host's emptied, then given to the next start by pivot_jit_cache_seed (checked file by file)
 #   cachefleet / cacheseed, pivot-revcold|revseed  a copy of the unit's JIT caches kept as the fleet's, the host's
 #            emptied (revcold: a host that never compiled), then the copy laid in (revseed: given the fleet's cache)
 #   pivot-sfirst|sgatefail|rgatefail|sleep|wakeback|reloadback  rollback by wake (issue 33, see pivot_run), then
@@ -282,6 +284,15 @@ cache_seed() {
     2>&1 | tee $RES/cache-seed.txt
   [ ${PIPESTATUS[0]} -eq 0 ]
 }
+# After pivot-revrec: its tar and the manifest beside the caches are the fleet's; the host's caches go (a host that
+# never compiled), the manifest with them.
+jit_seed_prep() {
+  inside sh -c "cd /var/cache/llmfleet-vllm && ls -la $CARRY/jit-fleet.tar && cp llmfleet-jit-manifest.json $RES/jit-fleet-manifest.json \
+    && rm -rf $JIT_DIRS llmfleet-jit-manifest.json && ls -la" 2>&1 | tee $RES/jit-seed-prep.txt
+  [ ${PIPESTATUS[0]} -eq 0 ] || return 1
+  $PY -c 'import json, sys; json.dump({"pivot_jit_cache_seed": {"manifest": json.load(open(sys.argv[1])), "archive": sys.argv[2]}},
+    open(sys.argv[3], "w"))' $RES/jit-fleet-manifest.json $CARRY/jit-fleet.tar $CARRY/jit-seed.json
+}
 
 client_start() {
   rm -f $RES/client.stop
@@ -332,6 +343,11 @@ pivot_run() {
     # Item 2's premise: a host that never compiled (revcold, after cachefleet) and one given the fleet's cache
     # (revseed, after cacheseed), both fast revision pivots with the default profile.
     revcold|revseed) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main ;;
+    # Item 2 as built: revrec records the caches after its gate and fetches their tar (the canary's part of a rollout);
+    # jitseedprep keeps it with its manifest as the fleet's and empties the host's caches; revseedm is given them by
+    # pivot_jit_cache_seed (a later host's part), checked file by file before its start.
+    revrec) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main -e pivot_jit_cache_archive=$CARRY/jit-fleet.tar ;;
+    revseedm) publish_b || return 1; set -- -e model=gpuhost-llama1b-b -e revision=main -e @$CARRY/jit-seed.json ;;
     # Rollback by wake (issue 33): A's unit gets sleep mode; B fails its gate and A wakes; B fails again without
     # sleep and A restarts; B passes and A sleeps; A again is a wake (B sleeps, 60 s); B once B's timer stopped it.
     sfirst) set -- -e model=gpuhost-llama1b-a -e pivot_gateway=true -e pivot_alias=chat -e pivot_sleep_previous=true ;;
@@ -447,6 +463,7 @@ gpuhost_phase() {
       && inside $PY -c 'import fastsafetensors, runai_model_streamer; print("loaders", fastsafetensors.__file__, runai_model_streamer.__file__)' ;;
     cachefleet) cache_fleet ;;
     cacheseed) cache_seed ;;
+    jitseedprep) jit_seed_prep ;;
     client-start) client_start ;;
     client-stop) client_stop ;;
     pivot-*) pivot_run "${phase#pivot-}" ;;

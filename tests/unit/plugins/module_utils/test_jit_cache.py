@@ -302,3 +302,16 @@ def test_the_module_seeds_only_a_copy_of_its_own_key_and_removes_the_copy_it_rea
     assert (verified["problems"], verified["key_matches"]) == ([], True), verified
     nothing = _run_module(dict(args, cache_dir=str(tmp_path / "empty"), state="archived", dest=str(tmp_path / "x.tar")))
     assert nothing["failed"] and "no manifest to archive by" in nothing["msg"], nothing
+
+
+def test_a_link_planted_among_the_caches_is_set_aside_not_a_failed_start(tmp_path):
+    cache, _files = _cache(tmp_path / "cache")
+    args = {"cache_dir": str(cache), "venv": _venv(tmp_path), "device": "cpu", "model_config": str(tmp_path / "config.json"),
+            "serve_args": []}
+    assert _run_module(dict(args, state="recorded"))["changed"]
+    (cache / "vllm" / "torch_compile_cache" / "planted").symlink_to("/etc/shadow")
+    verified = _run_module(dict(args, state="verified"))
+    assert not verified.get("failed") and verified["set_aside"], verified
+    assert verified["problems"] == ["vllm/torch_compile_cache/planted is not a regular file (a symbolic link, FIFO or device):"
+                                    " a JIT cache holds files only"], verified
+    assert jit_cache.cache_files(str(cache)) == {}
