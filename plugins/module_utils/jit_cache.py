@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import posixpath
 import json
 import os
 import stat
@@ -25,8 +26,12 @@ import time
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import file_hashing
 
-# .nv: the CUDA driver's ComputeCache (PTX compiled for the GPU), under HOME, which the unit sets to the cache directory.
-JIT_DIRS = ("vllm", ".triton", "torchinductor", ".nv")
+# Not .nv (the CUDA driver's ComputeCache under HOME): the driver rewrites its index in place whenever it adds an entry,
+# so no manifest of it holds for long; it keys and checks its own entries.
+JIT_DIRS = ("vllm", ".triton", "torchinductor")
+# Files a writer is still putting in place (Triton writes a kernel into tmp.pid_<pid>_<n>/ and then renames it): not
+# part of a cache yet, so never listed, compared or copied.
+TEMP_PREFIX = "tmp."
 MANIFEST_NAME = "llmfleet-jit-manifest.json"
 SET_ASIDE_DIR = "jit-set-aside"
 # Where a copy from another host is unpacked and checked before anything of it enters the caches.
@@ -61,7 +66,7 @@ def make_key(venv, device, model_config, serve_args):
 
 def key_id(key):
     """The key's id: sha256 of its canonical JSON. Every field of KEY_FIELDS must be given."""
-    missing = [field for field in KEY_FIELDS if not key.get(field)]
+    missing = [field for field in KEY_FIELDS if not key.get(field) or not isinstance(key.get(field), str)]
     if missing:
         raise ValueError("the JIT cache key needs %s" % ", ".join(missing))
     unknown = sorted(set(key) - set(KEY_FIELDS))
@@ -84,7 +89,8 @@ def cache_files(cache_dir):
         if not stat.S_ISDIR(mode):
             raise ValueError("%s is not a directory (a symbolic link or another file): a JIT cache holds files only" % top)
         for dirpath, dirnames, filenames in os.walk(root):
-            dirnames.sort()
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(TEMP_PREFIX))
+            filenames = [name for name in filenames if not name.startswith(TEMP_PREFIX)]
             for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, cache_dir)
@@ -126,11 +132,13 @@ def validate(manifest):
         return problems + ["files must be a map of relative paths"]
     for rel, entry in files.items():
         parts = rel.split("/")
-        if rel.startswith("/") or ".." in parts or parts[0] not in JIT_DIRS or any(ord(c) < 32 or c == "\x7f" for c in rel):
-            problems.append("%r is not a path inside %s" % (rel, ", ".join(JIT_DIRS)))
-        elif not (isinstance(entry, dict) and isinstance(entry.get("size"), int) and isinstance(entry.get("sha256"), str)
-                  and len(entry["sha256"]) == 64):
-            problems.append("%s: an entry needs size (int) and sha256 (64 hex digits)" % rel)
+        if (not isinstance(rel, str) or rel != posixpath.normpath(rel) or rel.startswith("/") or len(parts) < 2
+                or ".." in parts or parts[0] not in JIT_DIRS or any(ord(c) < 32 or c == "\x7f" for c in rel)):
+            problems.append("%r is not a path of a file inside %s" % (rel, ", ".join(JIT_DIRS)))
+        elif not (isinstance(entry, dict) and type(entry.get("size")) is int and entry["size"] >= 0  # pylint: disable=unidiomatic-typecheck
+                  and isinstance(entry.get("sha256"), str) and len(entry["sha256"]) == 64
+                  and all(c in "0123456789abcdef" for c in entry["sha256"])):
+            problems.append("%s: an entry needs size (a whole number >= 0) and sha256 (64 lowercase hex digits)" % rel)
     return problems
 
 
@@ -162,10 +170,10 @@ def set_aside(cache_dir, reason, now=None):
     """Move the JIT directories and their manifest into jit-set-aside/<time>/ (with the reason in REASON); returns
     that directory, or None when there was nothing to move. Nothing is deleted, nothing is copied.
 
-    The cache directory belongs to the service user and this runs as root: every step works on directory handles
-    opened without following links, jit-set-aside must be root's own directory (made here, 0755), and a move is a
-    rename within the cache directory's file system (a copy across file systems is refused), so that the user cannot
-    steer root's writes elsewhere."""
+    The cache directory belongs to the service user, and the module runs as that user (it refuses root there); still,
+    every step works on directory handles opened without following links, jit-set-aside must be the running user's own
+    directory (made here, 0755), and a move is a rename within the cache directory's file system (a copy across file
+    systems is refused)."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     cache_fd = os.open(cache_dir, flags)
     try:
@@ -265,7 +273,20 @@ def seed(cache_dir, manifest, source, now=None):
     problems = validate(manifest)
     if problems:
         return problems, None
-    listed = manifest["files"]
+    try:
+        return _seed(cache_dir, manifest["files"], source, now)
+    except OSError as exc:  # a copy that cannot be read, a full disk, a file where the copy has a directory
+        aside = None
+        if os.path.lexists(os.path.join(cache_dir, SEED_STAGING_DIR)):
+            try:
+                aside = _set_aside_dir(cache_dir, SEED_STAGING_DIR, "seeding failed: %s" % exc, now)
+            except OSError:
+                pass
+        return ["seeding failed: %s" % exc], aside
+
+
+def _seed(cache_dir, listed, source, now):
+    problems = []
     staging = os.path.join(cache_dir, SEED_STAGING_DIR)
     aside = None
     if os.path.lexists(staging):  # an earlier seed was killed before it moved its copy in
@@ -354,7 +375,27 @@ def summary(jit):
             parts.append("%d files verified before the start" % verified["files"])
         else:
             parts.append("none before the start")
+    if jit.get("fault"):
+        parts.append("not checked (%s); the start built its own" % jit["fault"][:300])
     recorded = jit.get("recorded")
     if recorded:
         parts.append("%d files (%.1f MB) recorded after the gate" % (recorded.get("files") or 0, (recorded.get("bytes") or 0) / 1e6))
     return "JIT caches: " + ("; ".join(parts) if parts else "not checked (nothing started)")
+
+
+def report(verified=None, seeded=None, recorded=None, fault=None):
+    """A pivot record's jit_cache from the module's results (each None or skipped when that step did not run): per step
+    files, bytes, key ids, problems, where they were set aside and whether the fleet's copy was laid in."""
+    def brief(result):
+        if not isinstance(result, dict) or result.get("skipped") or "files" not in result:
+            return None
+        return {"files": result.get("files"), "bytes": result.get("bytes"),
+                "key_id": (result.get("manifest") or {}).get("key_id"), "unit_key_id": result.get("key_id"),
+                "key_error": result.get("key_error"), "key_matches": result.get("key_matches"),
+                "problems": result.get("problems") or [], "set_aside": result.get("set_aside"),
+                "seeded": result.get("seeded"), "changed": result.get("changed")}
+    out = {name: brief(result) for name, result in (("verified", verified), ("seeded", seeded), ("recorded", recorded))}
+    out = {name: value for name, value in out.items() if value is not None}
+    if fault:
+        out["fault"] = fault
+    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: jit_cache
-short_description: Record, verify and set aside the JIT caches a vLLM unit keeps (compile cache, Triton kernels)
+short_description: Record, verify, archive, seed and set aside the JIT caches a vLLM unit keeps (compile cache, Triton kernels)
 description:
   - A vLLM unit of M(llmfleet.vllm.service_deploy) keeps what a start compiles in its cache directory
     (C(/var/cache/<service_deploy_cache_dir_name>)), vLLM's compile cache C(vllm/), Triton's kernels C(.triton/) and
@@ -61,7 +61,10 @@ options:
     type: path
     required: true
   serve_args:
-    description: The serving flags (the catalog entry's, as the unit renders them, without host, port and name).
+    description:
+      - What else the compiled files depend on - the path vLLM serves, the serving flags (as the unit renders them,
+        without host, port and served names) and the engine's environment (roles/service_deploy's
+        C(service_deploy__jit_key_args)).
     type: list
     elements: str
     required: true
@@ -92,6 +95,8 @@ extends_documentation_fragment:
   - llmfleet.vllm.attributes
 notes:
   - Module code is stdlib-only (hashes in parallel threads, as M(llmfleet.vllm.shard_verify) does).
+  - Run it as the user who owns O(cache_dir) (roles/service_deploy's entry point C(jit_cache) uses C(become_user)); as root
+    in a directory another user owns it refuses.
 """
 
 EXAMPLES = r"""
@@ -102,7 +107,7 @@ EXAMPLES = r"""
     venv: /opt/vllm
     device: NVIDIA H100 80GB HBM3 sm_90
     model_config: /srv/models/kimi-k25-int4/config.json
-    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.serve_args }}"
+    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.vllm_serve_args }}"
 
 - name: Verify them before the next start (set aside when they differ)
   llmfleet.vllm.jit_cache:
@@ -111,7 +116,7 @@ EXAMPLES = r"""
     venv: /opt/vllm
     device: NVIDIA H100 80GB HBM3 sm_90
     model_config: /srv/models/kimi-k25-int4/config.json
-    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.serve_args }}"
+    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.vllm_serve_args }}"
   register: pivot__jit
 
 - name: The canary's caches, as a copy for the fleet
@@ -122,7 +127,7 @@ EXAMPLES = r"""
     venv: /opt/vllm
     device: NVIDIA H100 80GB HBM3 sm_90
     model_config: /srv/models/kimi-k25-int4/config.json
-    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.serve_args }}"
+    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.vllm_serve_args }}"
 
 - name: Seed another host with that copy, checked against the manifest of the revision lock
   llmfleet.vllm.jit_cache:
@@ -134,14 +139,24 @@ EXAMPLES = r"""
     venv: /opt/vllm
     device: NVIDIA H100 80GB HBM3 sm_90
     model_config: /srv/models/kimi-k25-int4/config.json
-    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.serve_args }}"
+    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.vllm_serve_args }}"
 """
 
 RETURN = r"""
 key:
-  description: The key the caches are recorded or verified under (vllm_version, torch_version, device, model_config_sha256, serve_args_sha256).
+  description:
+    - The key the caches are recorded or verified under (vllm_version, torch_version, device, model_config_sha256,
+      serve_args_sha256); null when it could not be built.
   returned: always
   type: dict
+key_id:
+  description: The sha256 of RV(key), null when the key could not be built (RV(key_error)).
+  returned: always
+  type: str
+key_error:
+  description: Why the key could not be built (e.g. no C(config.json) yet), else null. O(state=verified) still compares the files.
+  returned: always
+  type: str
 key_matches:
   description: Whether the manifest verified against was built under RV(key); null when there was none.
   returned: always
@@ -198,6 +213,87 @@ def _read_manifest(path):
     return manifest if isinstance(manifest, dict) else "%s is not a JSON object" % jit_cache.MANIFEST_NAME
 
 
+def _write_manifest(path, manifest):
+    atomic_write(path, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(), mode=0o644)
+
+
+def _key(p):
+    """(key, key_id, None), or (None, None, why it cannot be built: a model not downloaded yet, a GGUF file, no device)."""
+    try:
+        key = jit_cache.make_key(p["venv"], p["device"], p["model_config"], p["serve_args"])
+        return key, jit_cache.key_id(key), None
+    except (OSError, ValueError) as exc:
+        return None, None, "the key of the JIT caches: %s" % exc
+
+
+def _record(module, p, cache_dir, path, key, result):
+    manifest = jit_cache.build(cache_dir, key)
+    old = _read_manifest(path)
+    old = old if isinstance(old, dict) else {}
+    result["changed"] = {k: v for k, v in old.items() if k != "built_at"} != {k: v for k, v in manifest.items() if k != "built_at"}
+    if p["dest"]:
+        result["changed"] = True
+    if not module.check_mode:
+        # The copy first: a file that changed since it was hashed stops both, and no manifest lists it.
+        if p["dest"]:
+            result["archive"] = jit_cache.archive(cache_dir, manifest, p["dest"])
+        if result["changed"]:
+            _write_manifest(path, manifest)
+    return manifest
+
+
+def _verify(module, p, cache_dir, path, key_id, result):
+    """Problems are said and the caches set aside: a cache never fails a start."""
+    given = p["manifest"] is not None
+    manifest = p["manifest"] if given else _read_manifest(path)
+    if manifest is None:
+        return None
+    try:
+        problems = [manifest] if isinstance(manifest, str) else jit_cache.verify(cache_dir, manifest, exact=given)
+    except (OSError, ValueError) as exc:  # a link, FIFO or device among the caches, a file that cannot be read
+        problems = [str(exc)]
+    result["key_matches"] = None if key_id is None else isinstance(manifest, dict) and manifest.get("key_id") == key_id
+    # A copy from elsewhere is only this unit's cache when built under its key. The host's own manifest may be another
+    # start's (a profile, a vLLM upgrade): vLLM and Triton key their own files, so those are kept beside the new ones.
+    if given and not problems and not result["key_matches"]:
+        problems = ["the manifest was built under another key (vLLM, torch, device, model config or flags)"]
+    result["problems"] = problems
+    if problems:
+        if module.check_mode:
+            result["changed"] = any(os.path.lexists(os.path.join(cache_dir, name))
+                                    for name in jit_cache.JIT_DIRS + (jit_cache.MANIFEST_NAME,))
+        else:
+            try:
+                result["set_aside"] = jit_cache.set_aside(cache_dir, "\n".join(problems))
+            except (OSError, ValueError) as exc:
+                result["problems"] = problems + ["could not be set aside: %s" % exc]
+            result["changed"] = result["set_aside"] is not None
+    return manifest
+
+
+def _seed(module, p, cache_dir, path, key_id, result):
+    manifest = p["manifest"]
+    shape = jit_cache.validate(manifest)
+    result["key_matches"] = not shape and key_id is not None and manifest.get("key_id") == key_id
+    if shape:
+        result["problems"] = shape
+    elif not result["key_matches"]:
+        result["problems"] = ["the fleet's caches were built under another key (vLLM, torch, device, model config or"
+                              " flags): this host builds its own"]
+    elif module.check_mode:
+        result["changed"] = True
+    else:
+        result["problems"], result["set_aside"] = jit_cache.seed(cache_dir, manifest, p["source"])
+        result["seeded"] = not result["problems"]
+        if result["seeded"]:
+            _write_manifest(path, manifest)
+        result["changed"] = result["seeded"] or result["set_aside"] is not None
+    if p["remove_source"] and not module.check_mode and os.path.lexists(p["source"]):
+        os.unlink(p["source"])
+        result["changed"] = True
+    return manifest
+
+
 def main():
     module = AnsibleModule(argument_spec=dict(
         cache_dir=dict(type="path", required=True),
@@ -213,77 +309,36 @@ def main():
     ), required_if=[("state", "archived", ["dest"]), ("state", "seeded", ["source", "manifest"])], supports_check_mode=True)
     p = module.params
     cache_dir, path = p["cache_dir"], os.path.join(p["cache_dir"], jit_cache.MANIFEST_NAME)
-    try:
-        key = jit_cache.make_key(p["venv"], p["device"], p["model_config"], p["serve_args"])
-        key_id = jit_cache.key_id(key)
-    except (OSError, ValueError) as exc:
-        module.fail_json(msg="the key of the JIT caches: %s" % exc)
-    result = dict(changed=False, key=key, key_matches=None, manifest=None, problems=[], set_aside=None, seeded=False,
-                  archive=None, files=0, bytes=0)
+    key, key_id, key_error = _key(p)
+    result = dict(changed=False, key=key, key_id=key_id, key_error=key_error, key_matches=None, manifest=None, problems=[],
+                  set_aside=None, seeded=False, archive=None, files=0, bytes=0)
+    # Root in a directory the service user owns would follow the user's links: the module runs as that user.
+    if os.geteuid() == 0 and os.path.isdir(cache_dir) and os.stat(cache_dir).st_uid != 0:
+        module.fail_json(msg="%s belongs to uid %d: run jit_cache as that user (become_user), not as root"
+                         % (cache_dir, os.stat(cache_dir).st_uid), **result)
+    if p["state"] in ("recorded", "archived") and key_error:
+        module.fail_json(msg=key_error, **result)
     manifest = None
     try:
-        if p["state"] == "archived":
+        if p["state"] == "seeded":
+            manifest = _seed(module, p, cache_dir, path, key_id, result)
+        elif p["state"] == "archived":
             manifest = _read_manifest(path)
             if not isinstance(manifest, dict):
                 module.fail_json(msg="%s: no manifest to archive by (%s)" % (cache_dir, manifest or "none beside the caches"),
                                  **result)
+            if manifest.get("key_id") != key_id:
+                module.fail_json(msg="%s: the manifest beside the caches is of another key than this unit's" % cache_dir,
+                                 **result)
             result["changed"] = True
             if not module.check_mode:
                 result["archive"] = jit_cache.archive(cache_dir, manifest, p["dest"])
-        elif p["state"] == "seeded":
-            manifest = p["manifest"]
-            result["key_matches"] = manifest.get("key_id") == key_id
-            if not result["key_matches"]:
-                result["problems"] = ["the fleet's caches were built under another key (vLLM, torch, device, model config"
-                                      " or flags): this host builds its own"]
-            elif module.check_mode:
-                result["changed"] = True
-            else:
-                result["problems"], result["set_aside"] = jit_cache.seed(cache_dir, manifest, p["source"])
-                result["seeded"] = not result["problems"]
-                if result["seeded"]:
-                    atomic_write(path, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(), mode=0o644)
-                result["changed"] = result["seeded"] or result["set_aside"] is not None
-            if p["remove_source"] and not module.check_mode and os.path.lexists(p["source"]):
-                os.unlink(p["source"])
-                result["changed"] = True
         elif not os.path.isdir(cache_dir):
             pass  # a unit that never started: nothing to verify or record
         elif p["state"] == "recorded":
-            manifest = jit_cache.build(cache_dir, key)
-            old = _read_manifest(path)
-            old = old if isinstance(old, dict) else {}
-            result["changed"] = {k: v for k, v in old.items() if k != "built_at"} != {
-                k: v for k, v in manifest.items() if k != "built_at"}
-            if result["changed"] and not module.check_mode:
-                atomic_write(path, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode(), mode=0o644)
-            if p["dest"]:
-                result["changed"] = True
-                if not module.check_mode:
-                    result["archive"] = jit_cache.archive(cache_dir, manifest, p["dest"])
+            manifest = _record(module, p, cache_dir, path, key, result)
         else:
-            given = p["manifest"] is not None
-            manifest = p["manifest"] if given else _read_manifest(path)
-            if manifest is not None:
-                # A copy from elsewhere holds exactly its manifest's files; the host's own caches may have gained
-                # kernels of later starts.
-                try:
-                    problems = [manifest] if isinstance(manifest, str) else jit_cache.verify(cache_dir, manifest, exact=given)
-                except ValueError as exc:  # a link, FIFO or device among the caches: never a failed start
-                    problems = [str(exc)]
-                result["key_matches"] = isinstance(manifest, dict) and manifest.get("key_id") == key_id
-                # A copy from elsewhere is only this unit's cache when built under its key. The host's own manifest
-                # may be another start's (a profile, a vLLM upgrade): vLLM and Triton key their own files, so those
-                # are kept beside the new ones.
-                if given and not problems and not result["key_matches"]:
-                    problems = ["the manifest was built under another key (vLLM, torch, device, model config or flags)"]
-                result["problems"] = problems
-                if problems:
-                    if module.check_mode:
-                        result["changed"] = bool(jit_cache.cache_files(cache_dir)) or os.path.lexists(path)
-                    else:
-                        result["set_aside"] = jit_cache.set_aside(cache_dir, "\n".join(problems))
-                        result["changed"] = result["set_aside"] is not None
+            manifest = _verify(module, p, cache_dir, path, key_id, result)
     except (OSError, ValueError) as exc:
         module.fail_json(msg="%s: %s" % (cache_dir, exc), **result)
     if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict):

@@ -261,7 +261,9 @@ def test_1_first_rollout_from_nothing(fleet):
     for host in ("fleet-r2", "fleet-r3"):
         record = _pivot_record(fleet, host, "tiny-llama-a")["jit_cache"]
         assert record["seeded"]["seeded"] and record["seeded"]["files"] == len(jit["files"]), (host, record)
-        assert (record["verified"]["problems"], record["verified"]["key_matches"]) == ([], True), (host, record)
+        # Verified first: a host that never served has nothing of its own; the copy was of its key.
+        assert (record["verified"]["files"], record["verified"]["problems"]) == (0, []), (host, record)
+        assert record["seeded"]["key_matches"] and record["seeded"]["unit_key_id"] == jit["key_id"], (host, record)
         here = json.loads(_ssh(host, "cat", "/var/cache/llmfleet-vllm/llmfleet-jit-manifest.json"))
         assert here["key_id"] == jit["key_id"] and set(jit["files"]) <= set(here["files"]), (host, here)
     assert out.count("JIT caches: seeded from the fleet's copy (%d files)" % len(jit["files"])) == 2, _tail(result)

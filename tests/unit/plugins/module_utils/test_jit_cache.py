@@ -77,11 +77,16 @@ def test_a_manifest_read_back_from_elsewhere_is_checked_before_it_is_trusted():
     assert jit_cache.validate(good) == []
     assert jit_cache.validate(dict(good, key_id="0" * 64)) == ["key_id is not the sha256 of its key"]
     assert jit_cache.validate({"format": 2}) == ["not a JIT cache manifest of format 1"]
-    for rel in ("/etc/passwd", "vllm/../../etc/cron.d/x", "elsewhere/a", "vllm/x\n* * * * * root id"):
+    for rel in ("/etc/passwd", "vllm/../../etc/cron.d/x", "elsewhere/a", "vllm/x\n* * * * * root id", "vllm", "vllm/a/",
+                "vllm/./a", ".nv/ComputeCache/index"):
         assert jit_cache.validate(dict(good, files={rel: {"sha256": "0" * 64, "size": 1}})) == [
-            "%r is not a path inside vllm, .triton, torchinductor, .nv" % rel]
+            "%r is not a path of a file inside vllm, .triton, torchinductor" % rel]
+    for entry in ({"sha256": "0" * 64, "size": -1}, {"sha256": "0" * 64, "size": True}, {"sha256": "Z" * 64, "size": 1}):
+        assert jit_cache.validate(dict(good, files={"vllm/a": entry})) == [
+            "vllm/a: an entry needs size (a whole number >= 0) and sha256 (64 lowercase hex digits)"], entry
+    assert jit_cache.validate(dict(good, key=dict(KEY, device=7), key_id="0" * 64)) == ["the JIT cache key needs device"]
     assert jit_cache.validate(dict(good, files={"vllm/a": {"sha256": "short", "size": "1"}})) == [
-        "vllm/a: an entry needs size (int) and sha256 (64 hex digits)"]
+        "vllm/a: an entry needs size (a whole number >= 0) and sha256 (64 lowercase hex digits)"]
 
 
 def test_a_symbolic_link_a_fifo_and_a_linked_jit_directory_are_refused(tmp_path):
@@ -315,3 +320,71 @@ def test_a_link_planted_among_the_caches_is_set_aside_not_a_failed_start(tmp_pat
     assert verified["problems"] == ["vllm/torch_compile_cache/planted is not a regular file (a symbolic link, FIFO or device):"
                                     " a JIT cache holds files only"], verified
     assert jit_cache.cache_files(str(cache)) == {}
+
+
+def test_files_a_writer_is_still_putting_in_place_are_not_part_of_the_cache(tmp_path):
+    cache, files = _cache(tmp_path)
+    (cache / ".triton" / "cache" / "tmp.pid_42_7").mkdir()
+    (cache / ".triton" / "cache" / "tmp.pid_42_7" / "half.cubin").write_bytes(b"half")
+    (cache / "vllm" / "tmp.x").write_bytes(b"half")
+    (cache / ".nv" / "ComputeCache").mkdir(parents=True)
+    (cache / ".nv" / "ComputeCache" / "index").write_bytes(b"rewritten by the driver")
+    assert sorted(jit_cache.cache_files(str(cache))) == sorted(files)
+
+
+def test_seeding_that_fails_midway_is_said_and_leaves_nothing_half_laid(tmp_path):
+    canary, files = _cache(tmp_path / "canary")
+    manifest = jit_cache.build(str(canary), KEY)
+    host = tmp_path / "host"
+    host.mkdir()
+    problems, aside = jit_cache.seed(str(host), manifest, str(tmp_path / "gone.tar"), now=0)
+    assert problems[0].startswith("seeding failed: ") and "gone.tar" in problems[0] and aside, problems
+    assert jit_cache.cache_files(str(host)) == {} and not (host / jit_cache.SEED_STAGING_DIR).exists()
+    # The host holds a directory where the copy has a file: said, not raised.
+    archive = jit_cache.archive(str(canary), manifest, str(tmp_path / "seed.tar"))
+    (host / ".triton" / "cache" / "ZX3" / "triton_poi_fused_0.cubin").mkdir(parents=True)
+    problems, _aside = jit_cache.seed(str(host), manifest, archive, now=1)
+    assert problems and problems[0].startswith("seeding failed: ") and len(files) == 4, problems
+
+
+def test_the_summary_says_what_each_step_found():
+    assert jit_cache.summary({}) == "JIT caches: not checked (nothing started)"
+    line = jit_cache.summary({"seeded": {"seeded": True, "files": 25},
+                              "verified": {"files": 25, "problems": [], "set_aside": None},
+                              "recorded": {"files": 26, "bytes": 400000}})
+    assert line == ("JIT caches: seeded from the fleet's copy (25 files); 25 files verified before the start; "
+                    "26 files (0.4 MB) recorded after the gate")
+    aside = jit_cache.summary({"verified": {"files": 3, "problems": ["vllm/a differs from the manifest (sha256)"],
+                                            "set_aside": "/var/cache/x/jit-set-aside/T"}})
+    assert aside == ("JIT caches: set aside before the start (vllm/a differs from the manifest (sha256)) to "
+                     "/var/cache/x/jit-set-aside/T; this start built its own")
+    assert "the fleet's copy not laid in: another key" in jit_cache.summary({"seeded": {"seeded": False, "problems": ["another key"]}})
+
+
+def test_the_module_refuses_root_in_a_cache_directory_the_service_user_owns(tmp_path):
+    cache, _files = _cache(tmp_path / "cache")
+    os.chown(cache, 4242, 4242)
+    result = _run_module({"cache_dir": str(cache), "venv": _venv(tmp_path), "device": "cpu", "state": "verified",
+                          "model_config": str(tmp_path / "config.json"), "serve_args": []})
+    if os.geteuid() == 0:
+        assert result["failed"] and "belongs to uid 4242: run jit_cache as that user" in result["msg"], result
+
+
+def test_a_model_not_downloaded_yet_is_nothing_to_verify_not_a_failed_check(tmp_path):
+    cache, _files = _cache(tmp_path / "cache")
+    args = {"cache_dir": str(cache), "venv": _venv(tmp_path), "device": "cpu", "serve_args": []}
+    _run_module(dict(args, state="recorded", model_config=str(tmp_path / "config.json")))
+    verified = _run_module(dict(args, state="verified", model_config=str(tmp_path / "absent" / "config.json")), check=True)
+    assert not verified.get("failed") and verified["key_error"].startswith("the key of the JIT caches: ") and \
+        (verified["problems"], verified["key_matches"]) == ([], None), verified
+
+
+def test_the_record_keeps_each_step_that_ran_and_not_the_file_list():
+    verified = {"files": 3, "bytes": 10, "manifest": {"key_id": "m", "files": {"vllm/a": {}}}, "key_id": "u",
+                "key_error": None, "key_matches": False, "problems": [], "set_aside": None, "seeded": False, "changed": False}
+    record = jit_cache.report(verified, {"skipped": True, "changed": False}, None, "Verify them: boom")
+    assert record == {"verified": {"files": 3, "bytes": 10, "key_id": "m", "unit_key_id": "u", "key_error": None,
+                                   "key_matches": False, "problems": [], "set_aside": None, "seeded": False,
+                                   "changed": False},
+                      "fault": "Verify them: boom"}
+    assert jit_cache.report(None) == {} and "not checked (Verify them: boom)" in jit_cache.summary(record)
