@@ -394,8 +394,13 @@ def report(verified=None, seeded=None, recorded=None, fault=None):
                 "key_error": result.get("key_error"), "key_matches": result.get("key_matches"),
                 "problems": result.get("problems") or [], "set_aside": result.get("set_aside"),
                 "seeded": result.get("seeded"), "changed": result.get("changed")}
-    out = {name: brief(result) for name, result in (("verified", verified), ("seeded", seeded), ("recorded", recorded))}
+    steps = (("verified", verified), ("seeded", seeded), ("recorded", recorded))
+    # A step that failed (its rescue said so) found nothing: its message is the record's fault, not "0 files".
+    failed = ["%s: %s" % (name, result.get("msg") or "failed") for name, result in steps
+              if isinstance(result, dict) and result.get("failed")]
+    out = {name: brief(result) for name, result in steps if not (isinstance(result, dict) and result.get("failed"))}
     out = {name: value for name, value in out.items() if value is not None}
-    if fault:
-        out["fault"] = fault
+    faults = ([fault] if fault else []) + failed
+    if faults:
+        out["fault"] = "; ".join(faults)
     return out

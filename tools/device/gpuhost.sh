@@ -243,6 +243,9 @@ pivotprep() {
   sync_repo
   rm -rf $CARRY/tools && mkdir -p $CARRY/tools && cp -a $CARRY/repo/tools/localhub $CARRY/repo/tools/traffic/continuous_client.py \
     $CARRY/repo/tools/device/nvml_timeline.py $CARRY/tools/ || return 1
+  # No sudo in the host's userland: Ansible's become to the service user (the pivot's JIT cache module) through runuser.
+  inside sh -c 'command -v sudo >/dev/null || install -m 0755 /dev/stdin /usr/local/bin/sudo' < $CARRY/repo/tools/device/sudo-shim.sh \
+    && inside sudo -H -S -n -u vllm /bin/sh -c id || return 1
   # Debian's haproxy postinst (not run: the package was laid over the root): its user and chroot dir.
   inside sh -c 'getent passwd haproxy >/dev/null || useradd --system --home-dir /var/lib/haproxy --no-create-home \
     --shell /usr/sbin/nologin haproxy; mkdir -p /var/lib/haproxy /run/haproxy' || return 1

@@ -388,3 +388,10 @@ def test_the_record_keeps_each_step_that_ran_and_not_the_file_list():
                                    "changed": False},
                       "fault": "Verify them: boom"}
     assert jit_cache.report(None) == {} and "not checked (Verify them: boom)" in jit_cache.summary(record)
+
+
+def test_a_step_that_failed_is_a_fault_in_the_record_not_zero_files():
+    refused = {"failed": True, "msg": "/var/cache/llmfleet-vllm belongs to uid 996: run jit_cache as that user", "files": 0}
+    record = jit_cache.report(None, None, refused)
+    assert record == {"fault": "recorded: /var/cache/llmfleet-vllm belongs to uid 996: run jit_cache as that user"}, record
+    assert "recorded after the gate" not in jit_cache.summary(record) and "not checked (recorded: " in jit_cache.summary(record)
