@@ -23,6 +23,8 @@
 #   qbench-LABEL   vllm bench serve at C = 1 (16 prompts) and C = 256 (1024 prompts), 128 in / 128 out
 #   A label holding "eager" serves the catalog's eager profile (--enforce-eager).
 #   sleepwake    tools/device/sleep_wake.py: 3 cycles of /sleep?level=1, /wake_up, first request
+#   agree        bench/agreement.py (issue 46): throughput_check and vllm bench serve interleaved against the server's
+#                counters at C = 8, 32, 128 (128 in / 128 out, 8 x C requests, 3 rounds)
 #   pack         /root/h200 (results, logs, unit state) to $OUT/h200-vllm.tgz
 # The first failing phase ends the list, except that pack still runs when named.
 # Env: H200_SERVICE_USER (default vllm: the unit's User=), H200_VENV (default: the venv python3 runs in).
@@ -196,6 +198,9 @@ h200_phase() {
     qbench-*) qbench "${phase#qbench-}" ;;
     bench) bench ;;
     stop-*) stop_unit "${phase#stop-}" ;;
+    agree) ulimit -n 65536; (cd /tmp && $py "$repo/bench/agreement.py" --base-url $URL --model $MODEL --tokenizer $MODEL_DIR \
+      --vllm-bench "$venv/bin/vllm bench serve" --ansible-playbook "$py -m ansible.cli.playbook" --concurrency 8 32 128 \
+      --input-len 128 --output-len 128 --prompts-per-concurrency 8 --rounds 3 --out $RES/bench-agreement.json) ;;
     sleepwake) $py "$repo/tools/device/sleep_wake.py" $URL $MODEL $RES/sleep-wake.json --cycles 3 ;;
     pack) pack ;;
     *) echo "unknown phase $phase"; false ;;
