@@ -32,6 +32,10 @@ for check in lint sanity; do
 done
 grep -hE "^(Passed|Failed):|^FATAL|^ERROR" "$logs/lint.log" "$logs/sanity.log" | head -20
 ((lint_rc == 0 && sanity_rc == 0)) || { stop_images; exit 1; }
+# One AnsiballZ cache for every ansible-playbook run of `make test` (the unit tests' and the jobs'), keyed by the
+# modules' content (about 1.5 s of controller CPU per pivot; tools/ci/callback_plugins/shared_ansiballz_cache.py).
+export ANSIBLE_CALLBACK_PLUGINS=$repo/tools/ci/callback_plugins${ANSIBLE_CALLBACK_PLUGINS:+:$ANSIBLE_CALLBACK_PLUGINS}
+export LLMFLEET_ANSIBALLZ_CACHE=$repo/tests/output/ansiballz-cache
 step "unit (two workers)"; make -s unit PYTEST_UNIT_OPTS="-n 2" || { stop_images; exit 1; }
 step "bench smoke"; make -s bench-smoke >"$logs/bench-smoke.log" 2>&1 || { tail -40 "$logs/bench-smoke.log"; stop_images; exit 1; }
 
@@ -40,10 +44,6 @@ wait "$images" || { tail -50 "$logs/images.log"; exit 1; }
 trap - INT TERM
 grep -E "^\[testbed\]" "$logs/images.log" | tail -5
 
-# One AnsiballZ cache for every run of the jobs, keyed by the modules' content (about 1.5 s of controller CPU per
-# pivot; tools/ci/callback_plugins/shared_ansiballz_cache.py).
-export ANSIBLE_CALLBACK_PLUGINS=$repo/tools/ci/callback_plugins${ANSIBLE_CALLBACK_PLUGINS:+:$ANSIBLE_CALLBACK_PLUGINS}
-export LLMFLEET_ANSIBALLZ_CACHE=$repo/tests/output/ansiballz-cache
 step "integration and molecule: jobs on two workers, in the order of tools/ci/jobs.tsv (logs: tests/output/logs/)"
 # What memory and vLLM servers looked like over the run: test hosts share the box's 24 GB, and an
 # OOM-killed server reads like a server that never starts.

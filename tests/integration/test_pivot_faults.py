@@ -524,6 +524,8 @@ def test_bad_slot_requests_fail_before_any_change(pivot, extra, message):
     assert result.returncode != 0
     assert message in result.stdout, result.stdout[-4000:]
     assert _main_pid("tiny-llama-a") == a_pid and _b_main_pid() == b_pid and _slots() == state
+    # Refused before the download too (gateway_install_package=false was refused only after it until issue 41).
+    assert _ssh("test -e /srv/models/tiny-llama-c || echo absent") == "absent"
 
 
 def test_bad_slot_requests_in_bulk_each_fail_before_any_change(pivot, tmp_path):
