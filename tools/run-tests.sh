@@ -21,22 +21,25 @@ stop_images() { kill -- "-$images" 2>/dev/null; wait "$images" 2>/dev/null; }
 # Its own session does not get the terminal's Ctrl-C or CI's TERM: pass them on.
 trap 'stop_images; exit 130' INT TERM
 
-# lint and sanity are each mostly one process's work: side by side they take about the time of the longer one.
-step "lint and sanity, side by side (logs: tests/output/logs/lint.log, sanity.log)"
+# One AnsiballZ cache for every ansible-playbook run of `make test` (the unit tests' and the jobs'), keyed by the
+# modules' content (about 1.5 s of controller CPU per pivot; tools/ci/callback_plugins/shared_ansiballz_cache.py).
+export ANSIBLE_CALLBACK_PLUGINS=$repo/tools/ci/callback_plugins${ANSIBLE_CALLBACK_PLUGINS:+:$ANSIBLE_CALLBACK_PLUGINS}
+export LLMFLEET_ANSIBALLZ_CACHE=$repo/tests/output/ansiballz-cache
+# lint and sanity are each mostly one process's work, and sanity waits on pip for its venvs: beside the unit tests'
+# two workers the three took 294 s where lint and sanity side by side, then the unit tests, took 340 s (cold sanity
+# venvs, this box; docs/testbed.md).
+step "lint, sanity and unit (two workers), side by side (logs: tests/output/logs/lint.log, sanity.log)"
 make -s lint >"$logs/lint.log" 2>&1 & lint=$!
-make -s sanity >"$logs/sanity.log" 2>&1; sanity_rc=$?
+make -s sanity >"$logs/sanity.log" 2>&1 & sanity=$!
+make -s unit PYTEST_UNIT_OPTS="-n 2"; unit_rc=$?
 wait $lint; lint_rc=$?
+wait $sanity; sanity_rc=$?
 for check in lint sanity; do
   rc_var=${check}_rc
   if ((${!rc_var} != 0)); then tail -60 "$logs/$check.log"; echo "$check failed"; fi
 done
 grep -hE "^(Passed|Failed):|^FATAL|^ERROR" "$logs/lint.log" "$logs/sanity.log" | head -20
-((lint_rc == 0 && sanity_rc == 0)) || { stop_images; exit 1; }
-# One AnsiballZ cache for every ansible-playbook run of `make test` (the unit tests' and the jobs'), keyed by the
-# modules' content (about 1.5 s of controller CPU per pivot; tools/ci/callback_plugins/shared_ansiballz_cache.py).
-export ANSIBLE_CALLBACK_PLUGINS=$repo/tools/ci/callback_plugins${ANSIBLE_CALLBACK_PLUGINS:+:$ANSIBLE_CALLBACK_PLUGINS}
-export LLMFLEET_ANSIBALLZ_CACHE=$repo/tests/output/ansiballz-cache
-step "unit (two workers)"; make -s unit PYTEST_UNIT_OPTS="-n 2" || { stop_images; exit 1; }
+((lint_rc == 0 && sanity_rc == 0 && unit_rc == 0)) || { stop_images; exit 1; }
 step "bench smoke"; make -s bench-smoke >"$logs/bench-smoke.log" 2>&1 || { tail -40 "$logs/bench-smoke.log"; stop_images; exit 1; }
 
 step "test-bed images: waiting for them"
