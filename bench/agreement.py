@@ -117,7 +117,7 @@ def run_vllm(args, c: int, seed: int, workdir: str) -> dict:
         "--served-model-name", args.model, "--dataset-name", "random", "--random-input-len", str(args.input_len),
         "--random-output-len", str(args.output_len), "--random-range-ratio", "0", "--ignore-eos",
         "--max-concurrency", str(c), "--num-prompts", str(args.prompts_per_concurrency * c), "--request-rate", "inf",
-        "--seed", str(seed), "--disable-tqdm", "--save-result", "--result-dir", workdir, "--result-filename", "vllm.json"]
+        "--seed", str(seed), "--percentile-metrics", "ttft,tpot,itl,e2el", "--disable-tqdm", "--save-result", "--result-dir", workdir, "--result-filename", "vllm.json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False, cwd=workdir)
     if proc.returncode != 0:
         raise RuntimeError("vllm bench serve failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
@@ -145,13 +145,15 @@ def measure(args, name: str, c: int, seed: int) -> dict:
             time.sleep(2 * args.poll_s)
             poller.stop()
         after = read_counters(args.metrics_url)
-    tokens, seconds = busy_interval(poller.samples, run.pop("skip_tokens"))
+    skip = run.pop("skip_tokens")
+    tokens, seconds = busy_interval(poller.samples, skip)
     delta = {k: after[k] - before[k] for k in COUNTERS}
+    # The server's figures leave out vLLM bench's test request (its tokens; its latency is in the mean as one request).
     requests = delta["vllm:e2e_request_latency_seconds_count"]
-    run.update({"client": name, "concurrency": c, "seed": seed,
-                "server_tokens": delta["vllm:generation_tokens_total"],
+    server_tokens = delta["vllm:generation_tokens_total"] - skip
+    run.update({"client": name, "concurrency": c, "seed": seed, "server_tokens": server_tokens,
                 "server_busy_s": seconds, "server_busy_tok_s": tokens / seconds if seconds else None,
-                "server_rate_over_client_interval": delta["vllm:generation_tokens_total"] / run["duration_s"],
+                "server_rate_over_client_interval": server_tokens / run["duration_s"],
                 "server_mean_latency_s": delta["vllm:e2e_request_latency_seconds_sum"] / requests if requests else None,
                 "polls": len(poller.samples)})
     return run

@@ -22,18 +22,23 @@ stop_images() { kill -- "-$images" 2>/dev/null; wait "$images" 2>/dev/null; }
 trap 'stop_images; exit 130' INT TERM
 
 # One AnsiballZ cache for every ansible-playbook run of `make test` (the unit tests' and the jobs'), keyed by the
-# modules' content (about 1.5 s of controller CPU per pivot; tools/ci/callback_plugins/shared_ansiballz_cache.py).
+# modules' content (building the payloads was a quarter of a pivot's controller CPU: docs/testbed.md;
+# tools/ci/callback_plugins/shared_ansiballz_cache.py).
 export ANSIBLE_CALLBACK_PLUGINS=$repo/tools/ci/callback_plugins${ANSIBLE_CALLBACK_PLUGINS:+:$ANSIBLE_CALLBACK_PLUGINS}
 export LLMFLEET_ANSIBALLZ_CACHE=$repo/tests/output/ansiballz-cache
 # lint and sanity are each mostly one process's work, and sanity waits on pip for its venvs: beside the unit tests'
 # two workers the three took 294 s where lint and sanity side by side, then the unit tests, took 340 s (cold sanity
 # venvs, this box; docs/testbed.md).
 step "lint, sanity and unit (two workers), side by side (logs: tests/output/logs/lint.log, sanity.log)"
-make -s lint >"$logs/lint.log" 2>&1 & lint=$!
-make -s sanity >"$logs/sanity.log" 2>&1 & sanity=$!
+# setsid: their own process groups, which Ctrl-C and CI's TERM stop with the images (background jobs ignore SIGINT).
+setsid make -s lint >"$logs/lint.log" 2>&1 & lint=$!
+setsid make -s sanity >"$logs/sanity.log" 2>&1 & sanity=$!
+trap 'kill -- "-$lint" "-$sanity" 2>/dev/null; stop_images; exit 130' INT TERM
 make -s unit PYTEST_UNIT_OPTS="-n 2"; unit_rc=$?
+((unit_rc == 0)) || echo "unit failed"
 wait $lint; lint_rc=$?
 wait $sanity; sanity_rc=$?
+trap 'stop_images; exit 130' INT TERM
 for check in lint sanity; do
   rc_var=${check}_rc
   if ((${!rc_var} != 0)); then tail -60 "$logs/$check.log"; echo "$check failed"; fi

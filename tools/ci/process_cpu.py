@@ -24,7 +24,7 @@ def group(comm: str, uid: str, elapsed: float) -> str:
         return "vLLM servers (the vllm user: API servers, engine cores, compilers)"
     if comm == "ansible-playboo":
         return "Ansible controller (ansible-playbook and its task forks)"
-    if comm == "python3" and elapsed < 5:
+    if comm == "python3" and uid == "0" and elapsed < 5:
         return "modules on the test hosts (root's python3, < 5 s)"
     if comm in ("python", "pytest"):
         return "the tests' own Python (pytest, clients, lint, sanity)"

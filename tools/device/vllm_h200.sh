@@ -198,7 +198,7 @@ h200_phase() {
     qbench-*) qbench "${phase#qbench-}" ;;
     bench) bench ;;
     stop-*) stop_unit "${phase#stop-}" ;;
-    agree) ulimit -n 65536; (cd /tmp && $py "$repo/bench/agreement.py" --base-url $URL --model $MODEL --tokenizer $MODEL_DIR \
+    agree) (ulimit -n 65536; cd /tmp && $py "$repo/bench/agreement.py" --base-url $URL --model $MODEL --tokenizer $MODEL_DIR \
       --vllm-bench "$venv/bin/vllm bench serve" --ansible-playbook "$py -m ansible.cli.playbook" --concurrency 8 32 128 \
       --input-len 128 --output-len 128 --prompts-per-concurrency 8 --rounds 3 --out $RES/bench-agreement.json) ;;
     sleepwake) $py "$repo/tools/device/sleep_wake.py" $URL $MODEL $RES/sleep-wake.json --cycles 3 ;;
