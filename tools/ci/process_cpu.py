@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Where `make test`'s CPU went, from BSD process accounting (Debian's `acct`; every process that ended is counted).
 
