@@ -109,8 +109,13 @@ def test_slow_reading_does_not_cause_a_catch_up_burst():
         return [1.0]
     with PowerSampler(interval_s=0.05, reader=reader):
         time.sleep(0.6)
-    gaps = [b - a for a, b in zip(calls[2:], calls[3:])]
-    assert gaps and min(gaps) >= 0.03, gaps  # back on the 50 ms grid, not 4 readings in a row
+    gaps = [b - a for a, b in zip(calls[1:], calls[2:])]
+    short = [gap < 0.03 for gap in gaps]
+    # A late reading is followed by one at once, then the 50 ms grid again: never two short gaps in a row (catching up
+    # the five missed intervals would read 4-5 times back to back). A wake that a loaded box delays is such a late
+    # reading too (one short gap, seen in make test with lint and sanity beside the unit tests).
+    assert gaps and not any(a and b for a, b in zip(short, short[1:])), gaps
+    assert sum(short) <= 1 + sum(1 for gap in gaps if gap > 0.08), gaps
 
 
 def test_energy_counter_cross_check():
