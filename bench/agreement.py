@@ -117,7 +117,8 @@ def run_vllm(args, c: int, seed: int, workdir: str) -> dict:
         "--served-model-name", args.model, "--dataset-name", "random", "--random-input-len", str(args.input_len),
         "--random-output-len", str(args.output_len), "--random-range-ratio", "0", "--ignore-eos",
         "--max-concurrency", str(c), "--num-prompts", str(args.prompts_per_concurrency * c), "--request-rate", "inf",
-        "--seed", str(seed), "--percentile-metrics", "ttft,tpot,itl,e2el", "--disable-tqdm", "--save-result", "--result-dir", workdir, "--result-filename", "vllm.json"]
+        "--seed", str(seed), "--percentile-metrics", "ttft,tpot,itl,e2el", "--disable-tqdm", "--save-result",
+        "--result-dir", workdir, "--result-filename", "vllm.json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False, cwd=workdir)
     if proc.returncode != 0:
         raise RuntimeError("vllm bench serve failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
