@@ -26,7 +26,7 @@ def group(comm: str, uid: str, elapsed: float) -> str:
     if comm == "python3" and uid == "0" and elapsed < 5:
         return "modules on the test hosts (root's python3, < 5 s)"
     if comm in ("python", "pytest"):
-        return "the tests' own Python (pytest, clients, lint, sanity)"
+        return "the tests' own Python (pytest, the clients)"
     if comm.startswith(("pip", "apt", "dpkg")):
         return "package installs (pip, apt)"
     if comm in ("ssh", "sshd"):
