@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,21 +33,20 @@ import time
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, ".ansible", "collections"))  # `make venv` links the collection in there
+# pylint: disable=wrong-import-position
+from ansible_collections.llmfleet.vllm.plugins.module_utils.bench_stats import interval  # noqa: E402
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_gate import parse_prometheus_counter  # noqa: E402
+
 COUNTERS = ("vllm:generation_tokens_total", "vllm:e2e_request_latency_seconds_sum",
             "vllm:e2e_request_latency_seconds_count", "vllm:request_success_total")
-T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
 
 
 def read_counters(metrics_url: str) -> dict:
-    """Each counter of COUNTERS summed over its label sets (one model served)."""
+    """Each counter of COUNTERS summed over its label sets (one model served), 0 when the server has none."""
     with urllib.request.urlopen(metrics_url, timeout=10) as resp:
         text = resp.read().decode()
-    values = dict.fromkeys(COUNTERS, 0.0)
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in values:
-            values[name] += float(line.rsplit(" ", 1)[1])
-    return values
+    return {name: parse_prometheus_counter(text, name) or 0.0 for name in COUNTERS}
 
 
 class Poller(threading.Thread):
@@ -160,17 +158,10 @@ def measure(args, name: str, c: int, seed: int) -> dict:
     return run
 
 
-def interval(values: list) -> tuple:
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, T95.get(len(values), 2.0) * statistics.stdev(values) / len(values) ** 0.5
-
-
 def table(runs: list) -> str:
     def fmt(values, digits=0):
-        mean, half = interval(values)
-        return f"{mean:,.{digits}f}" + (f" ± {half:,.{digits}f}" if half is not None else "")
+        ci = interval(values)  # the 95 % interval the benchmark role and throughput_check give (from 3 rounds)
+        return f"{ci['mean']:,.{digits}f}" + (f" ± {ci['half_width']:,.{digits}f}" if ci["half_width"] is not None else "")
     lines = ["| C | client | its output tok/s | server busy tok/s | tokens (client / server) | mean latency s (client / server) |",
              "|---:|---|---:|---:|---:|---:|"]
     for c in sorted({r["concurrency"] for r in runs}):
