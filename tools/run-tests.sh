@@ -57,9 +57,15 @@ step "integration and molecule: jobs on two workers, in the order of tools/ci/jo
 # OOM-killed server reads like a server that never starts.
 oom_kills() { awk '$1 == "oom_kill" {print $2}' /proc/vmstat; }
 oom_before=$(oom_kills)
-( while sleep 15; do
-    printf '%s avail_mb=%s vllm_engines=%s load=%s\n' "$(stamp)" "$(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo)" \
-      "$(pgrep -c -f 'VLLM::EngineCore' || true)" "$(cut -d' ' -f1 /proc/loadavg)"
+# idle_pct: the share of both cores left idle since the last line (/proc/stat: idle and iowait over all), which says
+# whether a third worker would find CPU to use.
+cpu_times() { awk '$1 == "cpu" {print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
+( read -r idle0 total0 < <(cpu_times)
+  while sleep 15; do
+    read -r idle total < <(cpu_times)
+    printf '%s avail_mb=%s vllm_engines=%s load=%s idle_pct=%s\n' "$(stamp)" "$(awk '/MemAvailable/ {print int($2/1024)}' /proc/meminfo)" \
+      "$(pgrep -c -f 'VLLM::EngineCore' || true)" "$(cut -d' ' -f1 /proc/loadavg)" "$((100 * (idle - idle0) / (total - total0 + 1)))"
+    idle0=$idle total0=$total
   done >"$logs/resources.log" ) &
 sampler=$!
 trap 'kill $sampler 2>/dev/null' EXIT
@@ -67,9 +73,11 @@ trap 'kill $sampler 2>/dev/null' EXIT
 # so its summary and --durations still reach the log.
 tools/ci/run-jobs.sh 2 "${LLMFLEET_STREAM_LIMIT_S:-4200}"; jobs_rc=$?
 
-step "resources: least memory available, most vLLM servers at once, OOM kills during the run"
+step "resources: least memory available, most vLLM servers at once, CPU left idle, OOM kills during the run"
 sort -t= -k2 -n "$logs/resources.log" | head -1
 sort -t= -k3 -n "$logs/resources.log" | tail -1
+awk -F'idle_pct=' 'NF == 2 {sum += $2; n++} END {if (n) printf "CPU idle through the long suites: %.0f %% of both cores on average\n", sum / n}' \
+  "$logs/resources.log"
 echo "oom_kill: $(($(oom_kills) - oom_before))"
 while IFS=$'\t' read -r job rc _rest; do
   log=$logs/$job.log
