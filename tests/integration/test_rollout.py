@@ -104,12 +104,14 @@ def _healthy(host: str, model: str) -> bool:
 
 
 def _write_inventory(inv, results, faulty: str | None = None, fault: str = "gate", stager: bool = False,
-                     standin: bool = False) -> None:
+                     standin: bool = False, remote_code: bool = False) -> None:
     # Host vars: they win over inventory/testbed/group_vars/all (which points at another hub).
     lines = ["all:", "  hosts:"]
     hosts = {**HOSTS, STAGER: (STAGER_SSH_PORT, HOSTS["fleet-r3"][1])} if stager else HOSTS
     for host, (ssh_port, ports) in hosts.items():
         extra = {m: {"port": p, "serving": {"enforce_eager": True}} for m, p in ports.items()}
+        if remote_code:  # tiny-llama-b as a model that runs its repo's code (issue 43 item 4)
+            extra["tiny-llama-b"]["serving"]["trust_remote_code"] = True
         if host == faulty and fault == "parity":
             # One numeric setting differs on this host (a much larger RMSNorm epsilon): it serves, passes its throughput
             # gate, and answers unlike the canary.
@@ -144,8 +146,8 @@ def fleet(tmp_path_factory, image):
         def __init__(self):
             self.inv, self.results, self.standin = inv, results, False
 
-        def set_fault(self, host: str | None, fault: str = "gate", stager: bool = False) -> None:
-            _write_inventory(inv, results, host, fault, stager, self.standin)
+        def set_fault(self, host: str | None, fault: str = "gate", stager: bool = False, remote_code: bool = False) -> None:
+            _write_inventory(inv, results, host, fault, stager, self.standin, remote_code)
 
         def use_standin(self) -> None:
             self.standin = True
@@ -314,13 +316,23 @@ def test_2_stage_only_seeds_four_hosts_from_one_download_through_a_kill_and_a_fl
     flipped byte and fleet-r1 dies mid-copy. Every host ends verified, and the hub sent each file once."""
     files, hosts = _hub_files("tiny-llama-b"), [*HOSTS, STAGER]
     _hub("DELETE", "/_fixture/requests")
+    # Here tiny-llama-b runs its repo's code (issue 43 item 4): its branch is refused before anything, naming the commit,
+    # until a run accepts that commit, which the revision lock keeps.
+    commit = _hub("GET", "/api/models/llmfleet-test/tiny-llama-b")["sha"]
+    fleet.set_fault(None, stager=True, remote_code=True)
+    refused = fleet.rollout("2-remote-code-refused", "-e", "model=tiny-llama-b", "-e", "rollout_stage_only=true")
+    assert refused.returncode != 0, _tail(refused)
+    assert ('tiny-llama-b runs the Python code of its repo (trust_remote_code), and revision "main" is a branch or tag that'
+            ' can move to code nobody reviewed (now commit %s). Review that commit\'s code, then pin it: -e revision=%s, or'
+            ' accept it for the fleet (kept in the revision lock) with -e accept_remote_code=%s. Nothing was changed.'
+            % (commit, commit, commit)) in refused.stdout, _tail(refused)
+    assert not (fleet.results / "locks" / "tiny-llama-b.json").exists()
     _hub("POST", "/_fixture/faults", {"uplink_rate": 1_000_000})
-    fleet.set_fault(None, stager=True)
     faults = SeedingFaults("fleet-r1", hosts, files[-1])
     faults.start()
     try:
         result = fleet.rollout("2-stage-b-seeded", "-e", "model=tiny-llama-b", "-e", "rollout_stage_only=true",
-                               "-e", "model_seed_bwlimit_mb_s=1")
+                               "-e", "model_seed_bwlimit_mb_s=1", "-e", f"accept_remote_code={commit}")
     finally:
         faults.stop.set()
         faults.join()
@@ -334,6 +346,7 @@ def test_2_stage_only_seeds_four_hosts_from_one_download_through_a_kill_and_a_fl
     # The hub sent each file of the commit once, for four hosts.
     assert _file_bodies_served("tiny-llama-b") == {name: 1 for name in files}, _tail(result)
     lock = json.loads((fleet.results / "locks" / "tiny-llama-b.json").read_text())
+    assert (lock["commit"], lock["revision"], lock["remote_code_accepted"]) == (commit, "main", commit), lock
     size_mb = sum(f["size"] for f in lock["manifest"]["files"]) / 1e6
     assert f"From the hub: {size_mb:.1f} MB;" in report, report
     expected = {f["path"]: f["sha256"] for f in lock["manifest"]["files"] if f["sha256"]}

@@ -127,6 +127,11 @@ def test_ray_api_key_opens_every_interface_and_stays_off_the_units(tmp_path):
     ({'ray_cluster_state': 'running'}, 'ray_cluster_state'),
     # The playbook-only release's names are refused, not ignored.
     ({'ray_model': 'tiny-llama-a', 'ray_port': 6391}, 'ray_model, ray_port: the Ray variables are now ray_cluster_<name>'),
+    # Issue 43 item 4: remote code from a branch; Ray serves the entry's revision, so the pin goes there.
+    ({'llmfleet_models_extra': {'tiny-llama-a': {'serving': {'extra_args': ['--trust-remote']}}}},
+     'tiny-llama-a runs the Python code of its repo (trust_remote_code), and revision "main" is a branch or tag that can'
+     ' move to code nobody reviewed (now a commit not resolved here). Review that commit\'s code, then pin it: revision:'
+     ' <commit> in its catalog entry or llmfleet_models_extra.'),
 ])
 def test_ray_bad_variables_are_named_before_any_change(tmp_path, extra, message):
     out, result = render(tmp_path, **extra)
