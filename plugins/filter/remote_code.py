@@ -9,8 +9,8 @@ def remote_code_refusal(entry, wanted, commit=None, accepted='', lock=None, call
     return _remote_code.refusal(entry, wanted, commit, accepted or '', lock or None, caller)
 
 
-def remote_code_acceptance(entry, commit, accepted=''):
-    return _remote_code.acceptance(entry, commit, accepted)
+def remote_code_acceptance(commit, accepted=''):
+    return _remote_code.acceptance(commit, accepted)
 
 
 class FilterModule:

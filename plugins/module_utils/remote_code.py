@@ -19,12 +19,14 @@ ACCEPTED_KEY = 'remote_code_accepted'
 
 
 def _is_trust_option(token):
-    """vLLM's parser turns '_' into '-' and argparse takes any unambiguous prefix of an option (--trust-remote)."""
+    """vLLM's parser turns '_' into '-' and argparse takes any unambiguous prefix of an option (--tr, --trust-remote);
+    an ambiguous one fails vLLM's parse, so counting every prefix costs nothing. (--config files are refused outright:
+    serve_args.FORBIDDEN_ARGS.)"""
     name = str(token)
     if not name.startswith('--'):
         return False
     name = name[2:].split('=', 1)[0].replace('_', '-').lower()
-    return len(name) >= len('trust') and TRUST_OPTION[2:].startswith(name)
+    return bool(name) and TRUST_OPTION[2:].startswith(name)
 
 
 def runs_remote_code(entry):
@@ -58,7 +60,8 @@ def refusal(entry, wanted, commit, accepted='', lock=None, caller='pivot'):
     if not runs_remote_code(entry):
         return ''
     if lock:
-        if lock_accepts(lock, commit):
+        # Check mode before the hub client is installed resolves nothing: the lock's own commit is what was asked.
+        if lock_accepts(lock, commit or lock.get('commit')):
             return ''
     elif is_commit(wanted) and (not commit or wanted == commit):
         return ''
@@ -70,7 +73,8 @@ def refusal(entry, wanted, commit, accepted='', lock=None, caller='pivot'):
         why = ('the fleet\'s revision lock holds %s from revision %s, which no run accepted'
                % (resolved, json.dumps(lock.get('revision'))))
     else:
-        why = 'revision %s is a branch or tag that can move to code nobody reviewed (now %s)' % (json.dumps(wanted), resolved)
+        why = ('revision %s is not a full commit (a branch, a tag or a short commit) and can move to code nobody reviewed '
+               '(now %s)' % (json.dumps(wanted), resolved))
     if commit and accepted and str(accepted) != commit:
         why += '; -e accept_remote_code=%s names another commit' % accepted
     pin = commit or '<commit>'
@@ -82,8 +86,9 @@ def refusal(entry, wanted, commit, accepted='', lock=None, caller='pivot'):
             '%s. Nothing was changed.' % (name, why, how))
 
 
-def acceptance(entry, commit, accepted):
-    """What a rollout adds to its revision lock: the commit whose remote code -e accept_remote_code accepted."""
-    if runs_remote_code(entry) and commit and str(accepted or '') == commit:
+def acceptance(commit, accepted):
+    """What a rollout adds to its revision lock: the commit whose remote code -e accept_remote_code accepted (hosts'
+    entries may differ, so it is kept whatever the first host's says)."""
+    if commit and str(accepted or '') == commit:
         return {ACCEPTED_KEY: commit}
     return {}

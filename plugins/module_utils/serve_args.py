@@ -54,6 +54,9 @@ FORBIDDEN_ARGS = {
     '--api-key': 'set the API key through the environment (VLLM_API_KEY, service_deploy_api_key)',
     '--host': 'the collection binds the server itself (loopback behind the gateway; pivot_bind_host, service_deploy_host)',
     '--port': "the port is the catalog entry's port, or pivot_port / service_deploy_port",
+    # A config file's options come in unseen: --host, --port, --api-key or trust-remote-code (issue 43).
+    '--config': "vLLM's config file would set options the collection checks (host, port, API key, remote code) out of "
+                "its sight; give them as the entry's serving settings",
 }
 
 # \Z, not $: $ also matches before a final newline (a token 'chat\n' would be left unquoted and end ExecStart=).

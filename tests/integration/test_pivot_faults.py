@@ -508,8 +508,8 @@ BAD_SLOT_REQUESTS = [
     # commit it resolved and the command that pins it.
     (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-c": dict(
         _catalog_entry("tiny-llama-b"), port=8403, serving=dict(_catalog_entry("tiny-llama-b")["serving"], trust_remote_code=True))})})],
-     'tiny-llama-c runs the Python code of its repo (trust_remote_code), and revision "main" is a branch or tag that can move'
-     " to code nobody reviewed (now commit "),
+     'tiny-llama-c runs the Python code of its repo (trust_remote_code), and revision "main" is not a full commit (a branch,'
+     " a tag or a short commit) and can move to code nobody reviewed (now commit "),
     # Issue #33 item 5: the CPU engine cannot sleep; rollback by wake is refused by name.
     (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", "pivot_gateway=true", "-e", "pivot_sleep_previous=true"],
      "pivot_sleep_previous=true: tiny-llama-c runs on the cpu engine, and vLLM's sleep mode"),

@@ -322,9 +322,10 @@ def test_2_stage_only_seeds_four_hosts_from_one_download_through_a_kill_and_a_fl
     fleet.set_fault(None, stager=True, remote_code=True)
     refused = fleet.rollout("2-remote-code-refused", "-e", "model=tiny-llama-b", "-e", "rollout_stage_only=true")
     assert refused.returncode != 0, _tail(refused)
-    assert ('tiny-llama-b runs the Python code of its repo (trust_remote_code), and revision "main" is a branch or tag that'
-            ' can move to code nobody reviewed (now commit %s). Review that commit\'s code, then pin it: -e revision=%s, or'
-            ' accept it for the fleet (kept in the revision lock) with -e accept_remote_code=%s. Nothing was changed.'
+    assert ('tiny-llama-b runs the Python code of its repo (trust_remote_code), and revision "main" is not a full commit (a'
+            ' branch, a tag or a short commit) and can move to code nobody reviewed (now commit %s). Review that commit\'s'
+            ' code, then pin it: -e revision=%s, or accept it for the fleet (kept in the revision lock) with'
+            ' -e accept_remote_code=%s. Nothing was changed.'
             % (commit, commit, commit)) in refused.stdout, _tail(refused)
     assert not (fleet.results / "locks" / "tiny-llama-b.json").exists()
     _hub("POST", "/_fixture/faults", {"uplink_rate": 1_000_000})

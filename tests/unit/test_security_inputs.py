@@ -5,12 +5,16 @@ unit names (L8, L11)."""
 from __future__ import annotations
 
 import json
+import pathlib
+import re
 
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import catalog
 from ansible_collections.llmfleet.vllm.plugins.module_utils import host_slots as hs
 from ansible_collections.llmfleet.vllm.plugins.module_utils import serve_args as sa
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize('token', [
@@ -22,7 +26,15 @@ def test_every_spelling_of_api_key_is_refused(token):
         sa.serve_args({'extra_args': [token, 'sk-secret']})
 
 
-@pytest.mark.parametrize('token', ['--api-server-count', '--portable', 'api-key', '-a', '--', 'sk-x', '--apikey', '--hf-overrides'])
+@pytest.mark.parametrize('token', ['--config', '--config=/etc/vllm.yaml', '--conf'])
+def test_a_config_file_is_refused(token):
+    """Issue 43: a vLLM config file would set --host, --port, --api-key or trust-remote-code out of the catalog's sight."""
+    with pytest.raises(ValueError, match="--config must not be passed on the command line .*: vLLM's config file"):
+        sa.serve_args({'extra_args': [token, '/etc/vllm.yaml']})
+
+
+@pytest.mark.parametrize('token', ['--api-server-count', '--portable', 'api-key', '-a', '--', 'sk-x', '--apikey', '--hf-overrides',
+                                   '--config-format', '--compilation-config'])
 def test_other_tokens_pass_the_api_key_guard(token):
     assert sa.forbidden_arg(token) is None
     if token.startswith('--') and len(token) > 2:
@@ -101,3 +113,30 @@ def test_the_options_the_collection_sets_are_refused_in_extra_args(token, option
     --host 0.0.0.0 there would put a loopback-only (dev-mode) server on every interface."""
     with pytest.raises(ValueError, match='%s must not be passed on the command line' % option):
         sa.serve_args({'extra_args': [token, '0.0.0.0']})
+
+
+# ----------------------------------------------------------------------------- issue 43: no $ in a check of roles/
+
+# A pattern given to Jinja's match / search / regex tests or filters in the collection's YAML.
+_JINJA_PATTERN = re.compile(r"""(?:\bmatch\(|\bsearch\(|\bregex\(|['"](?:match|search|regex)['"],\s*)\s*'((?:[^'\\]|\\.)*)'""")
+
+
+def _yaml_patterns():
+    for top in ('roles', 'playbooks'):
+        for path in sorted((REPO / top).rglob('*.yml')):
+            for number, line in enumerate(path.read_text(encoding='utf-8').splitlines(), 1):
+                for found in _JINJA_PATTERN.finditer(line):
+                    yield '%s:%d' % (path.relative_to(REPO), number), found.group(1)
+
+
+def test_no_pattern_in_roles_or_playbooks_anchors_with_dollar():
+    """$ also matches before a final newline ('5\\n' passes '^[0-9]+$'): every pattern ends with \\Z instead."""
+    patterns = list(_yaml_patterns())
+    assert len(patterns) > 20, patterns  # the scan finds the checks (gateway, model_seed, service_deploy, pivot, ...)
+    anchored = ['%s: %s' % (where, pattern) for where, pattern in patterns if re.search(r'(?<!\\)\$', pattern)]
+    assert anchored == [], anchored
+
+
+def test_the_scan_would_find_a_dollar_anchor():
+    line = "ok: \"{{ model_seed_fanout | string is match('^[1-9][0-9]*$') }}\" and x | reject('match', '^a$')"
+    assert [m.group(1) for m in _JINJA_PATTERN.finditer(line)] == ['^[1-9][0-9]*$', '^a$']

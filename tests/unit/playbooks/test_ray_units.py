@@ -109,6 +109,13 @@ def test_ray_serve_unit_is_sandboxed_as_the_single_host_unit(rendered, systemd_a
     assert score <= MAX_EXPOSURE, report
 
 
+@pytest.mark.parametrize('host, name', [('h1', 'ray-head.service'), ('h2', 'ray-worker.service')])
+def test_ray_head_and_worker_units_are_held_to_the_same_limit(rendered, systemd_analyze, host, name):
+    """Issue 43 item 3: every service the collection installs (tests/unit/roles/test_services_sandboxed.py)."""
+    score, report = exposure(systemd_analyze, rendered / host / name)
+    assert score <= MAX_EXPOSURE, report
+
+
 def test_ray_api_key_opens_every_interface_and_stays_off_the_units(tmp_path):
     out, result = render(tmp_path, ray_cluster_api_key='sk-ray-4711', ray_cluster_models_root='/srv/models/')
     assert result.returncode == 0, result.stdout[-3000:]
@@ -129,9 +136,9 @@ def test_ray_api_key_opens_every_interface_and_stays_off_the_units(tmp_path):
     ({'ray_model': 'tiny-llama-a', 'ray_port': 6391}, 'ray_model, ray_port: the Ray variables are now ray_cluster_<name>'),
     # Issue 43 item 4: remote code from a branch; Ray serves the entry's revision, so the pin goes there.
     ({'llmfleet_models_extra': {'tiny-llama-a': {'serving': {'extra_args': ['--trust-remote']}}}},
-     'tiny-llama-a runs the Python code of its repo (trust_remote_code), and revision "main" is a branch or tag that can'
-     ' move to code nobody reviewed (now a commit not resolved here). Review that commit\'s code, then pin it: revision:'
-     ' <commit> in its catalog entry or llmfleet_models_extra.'),
+     'tiny-llama-a runs the Python code of its repo (trust_remote_code), and revision "main" is not a full commit (a'
+     ' branch, a tag or a short commit) and can move to code nobody reviewed (now a commit not resolved here). Review that'
+     ' commit\'s code, then pin it: revision: <commit> in its catalog entry or llmfleet_models_extra.'),
 ])
 def test_ray_bad_variables_are_named_before_any_change(tmp_path, extra, message):
     out, result = render(tmp_path, **extra)

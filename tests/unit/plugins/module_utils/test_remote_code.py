@@ -23,6 +23,7 @@ def _entry(**serving):
     ({"extra_args": ["--trust-remote-code"]}, True),
     ({"extra_args": ["--trust_remote_code"]}, True),
     ({"extra_args": ["--trust-remote"]}, True),
+    ({"extra_args": ["--tr"]}, True),
     ({"extra_args": ["--trust-remote-code=true"]}, True),
     ({"extra_args": ["--tokenizer", "--trust-remote-code-not"]}, False),
     ({"extra_args": ["--enforce-eager", "trust-remote-code"]}, False),
@@ -38,8 +39,8 @@ def test_a_model_without_remote_code_serves_any_revision():
 def test_a_branch_is_refused_naming_the_commit_and_the_command_that_pins_it():
     message = remote_code.refusal(_entry(trust_remote_code=True), "main", SHA)
     assert message == (
-        'm runs the Python code of its repo (trust_remote_code), and revision "main" is a branch or tag that can move to'
-        ' code nobody reviewed (now commit %s). Review that commit\'s code, then pin it: -e revision=%s, or revision: %s'
+        'm runs the Python code of its repo (trust_remote_code), and revision "main" is not a full commit (a branch, a tag'
+        ' or a short commit) and can move to code nobody reviewed (now commit %s). Review that commit\'s code, then pin it: -e revision=%s, or revision: %s'
         ' in its catalog entry or llmfleet_models_extra. Nothing was changed.' % (SHA, SHA, SHA))
 
 
@@ -73,14 +74,16 @@ def test_a_revision_lock_vouches_only_for_an_accepted_or_pinned_commit():
     message = remote_code.refusal(entry, SHA, SHA, lock=unaccepted, caller="rollout")
     assert "the fleet's revision lock holds commit %s from revision \"main\", which no run accepted" % SHA in message
     assert remote_code.refusal(entry, SHA, SHA, accepted=SHA, lock=unaccepted, caller="rollout") == ""
+    # Check mode resolves nothing before the hub client is installed: the lock's own commit is what was asked.
+    assert remote_code.refusal(entry, SHA, None, lock=accepted, caller="rollout") == ""
+    assert remote_code.refusal(entry, SHA, None, lock=unaccepted, caller="rollout")
     # An acceptance is of one commit: a lock whose commit moved does not carry it over.
     assert remote_code.refusal(entry, OTHER, OTHER, lock=dict(accepted, commit=OTHER), caller="rollout")
 
 
 def test_what_the_lock_records():
-    assert remote_code.acceptance(_entry(trust_remote_code=True), SHA, SHA) == {"remote_code_accepted": SHA}
-    assert remote_code.acceptance(_entry(trust_remote_code=True), SHA, OTHER) == {}
-    assert remote_code.acceptance(_entry(), SHA, SHA) == {}
+    assert remote_code.acceptance(SHA, SHA) == {"remote_code_accepted": SHA}
+    assert remote_code.acceptance(SHA, OTHER) == {} and remote_code.acceptance(SHA, "") == {}
 
 
 def test_ray_cluster_is_told_to_pin_in_the_catalog():
@@ -94,7 +97,7 @@ def test_the_shipped_entries_with_remote_code_are_refused_until_pinned():
     change of changelogs/fragments/0039-remote-code-pinned.yml."""
     catalog = load_catalog()
     needs = sorted(name for name in catalog if remote_code.runs_remote_code(catalog_entry(name)))
-    assert needs and {"kimi-k25-int4", "minimax-m25"} <= set(needs), needs
+    assert needs == ["glm5-fp8", "glm5-nvfp4", "kimi-k25-int4", "kimi-k25-nvfp4", "minimax-m25"], needs
     for name in needs:
         entry = catalog_entry(name)
         assert remote_code.refusal(entry, entry["revision"], SHA) == "" if remote_code.is_commit(entry["revision"]) \
