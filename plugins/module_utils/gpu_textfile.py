@@ -3,13 +3,15 @@
 dashboards' GPU panels draw. On a GPU host a systemd timer runs this file every 15 s (roles/observability, entry point
 gpu_metrics) with the vLLM venv's Python, which has pynvml:
 
-    python3 gpu_textfile.py --textfile-dir /var/lib/prometheus/node-exporter
+    python3 -S gpu_textfile.py --path /opt/vllm/lib/python3.12/site-packages --textfile-dir DIR
 
 It writes llmfleet-gpu.prom there, atomically. Standard library and pynvml only: on the host it runs as a plain file
-beside atomic_write.py and prom_text.py."""
+beside atomic_write.py and prom_text.py. The timer runs it with -S and --path naming the folder that holds pynvml, so
+that no .pth file of the venv runs (the venv's site would run them, -I or not)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 try:
     from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write
@@ -58,7 +60,10 @@ def render(gpus):
 def main(argv=None, nvml=None):
     parser = argparse.ArgumentParser(description='Write the GPUs\' NVML readings for node_exporter\'s textfile collector.')
     parser.add_argument('--textfile-dir', required=True)
+    parser.add_argument('--path', action='append', default=[],
+                        help="a folder to import pynvml from (the venv's site-packages, for a Python run with -S)")
     args = parser.parse_args(argv)
+    sys.path[1:1] = args.path
     if nvml is None:
         import pynvml as nvml  # pylint: disable=import-outside-toplevel
     nvml.nvmlInit()
