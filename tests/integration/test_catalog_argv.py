@@ -31,14 +31,14 @@ def unit_commands(extra=None):
 
 
 def check(inventory, host, commands, tmp_path):
-    """Run llmfleet.vllm.vllm_args_check ad hoc on host with the vLLM venv's python; (rc, module result)."""
+    """Run llmfleet.vllm.vllm_args_check ad hoc on host, the vLLM venv's python as the vllm user; (rc, module result)."""
     args = tmp_path / "commands.json"
     args.write_text(json.dumps({"commands": commands}))
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_CALLBACK_RESULT_FORMAT="json",
                ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible"), "-i", inventory, host,
-                           "-e", "ansible_python_interpreter=/opt/vllm/bin/python", "-e", "@%s" % args,
-                           "-m", "llmfleet.vllm.vllm_args_check", "-a", '{"commands": "{{ commands }}"}'],
+                           "-e", "@%s" % args, "-m", "llmfleet.vllm.vllm_args_check",
+                           "-a", '{"commands": "{{ commands }}", "python": "/opt/vllm/bin/python", "user": "vllm"}'],
                           capture_output=True, text=True, cwd=REPO, env=env, timeout=600, check=False)
     # The default callback prints "<host> | SUCCESS => {json}" (or FAILED!).
     return proc.returncode, json.loads(proc.stdout.split(" => ", 1)[1])

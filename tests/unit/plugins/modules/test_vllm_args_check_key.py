@@ -1,7 +1,22 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the accepted-command-line cache of llmfleet.vllm.vllm_args_check keys on (the parse itself runs against the
-real vLLM in tests/integration/test_catalog_argv.py)."""
+real vLLM in tests/integration/test_catalog_argv.py), and who runs the parse."""
+import json
+import os
+import pathlib
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
 from ansible_collections.llmfleet.vllm.plugins.modules import vllm_args_check
+
+REPO = pathlib.Path(__file__).resolve().parents[4]
+BIN = pathlib.Path(sys.executable).parent
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def test_port_and_address_values_do_not_change_the_key_anything_else_does():
@@ -18,3 +33,65 @@ def test_port_and_address_values_do_not_change_the_key_anything_else_does():
         assert vllm_args_check.key_commands({"m": changed}) != keyed
     # Values of the blind flags only: "--port" as the last word has no value to hide.
     assert vllm_args_check.key_commands({"m": ["/m", "--port"]}) == {"m": ["/m", "--port"]}
+
+
+# ------------------------------------------------------------------ issue 43: no code of the vLLM venv runs as root
+
+# What a package of the venv could ship: a .pth line runs at every start of a Python that processes the site.
+PTH_HOOK = "import os; open(os.environ.get('LLMFLEET_HOOK_LOG', '/dev/null'), 'a').write('%d\\n' % os.getuid())\n"
+
+
+def _standin_venv(base):
+    """A venv holding the STAND-IN vllm package (tests/standin/vllm: its serve parser takes the CHECKER's calls), its
+    dist-info as the test bed writes it, and a .pth hook that logs the uid of every Python that runs it."""
+    venv = base / "venv"
+    # Over the system's python3: the test's own interpreter may sit where nobody cannot reach it (a home directory).
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python3*/site-packages"))
+    shutil.copytree(REPO / "tests" / "standin" / "vllm", site / "vllm", ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "vllm-0.0.0+standin.dist-info").mkdir()
+    (site / "vllm-0.0.0+standin.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.0.0+standin\n")
+    (site / "zz-hook.pth").write_text(PTH_HOOK)
+    return venv
+
+
+def _check(base, venv, user):
+    args = {"commands": {"m": ["/srv/models/m", "--max-model-len", "256"]}, "python": str(venv / "bin" / "python"),
+            "user": user, "cache_file": str(base / "accepted.json")}
+    done = subprocess.run([str(BIN / "ansible"), "localhost", "-c", "local", "-e", "ansible_python_interpreter=%s" % sys.executable,
+                           "-m", "llmfleet.vllm.vllm_args_check", "-a", json.dumps(args)],
+                          capture_output=True, text=True, cwd=REPO, check=False,
+                          env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                                   ANSIBLE_CALLBACK_RESULT_FORMAT="json", LLMFLEET_HOOK_LOG=str(base / "hooks" / "uids")))
+    return done.returncode, json.loads(done.stdout.split(" => ", 1)[1])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the check as another user, which needs root (CI runs as root)")
+def test_the_parse_runs_as_the_service_user_and_root_runs_no_pth_file_of_the_venv():
+    """The module under the controller's Python starts the installation's only as the service user (here nobody): the
+    venv's .pth hook logs that user's uid and never root's; the cache's key is read with -S (the second run is a hit
+    that starts nothing with a site)."""
+    base = pathlib.Path(tempfile.mkdtemp(prefix="llmfleet-argscheck-"))
+    try:
+        base.chmod(0o755)
+        (base / "hooks").mkdir()
+        (base / "hooks").chmod(0o1777)
+        venv = _standin_venv(base)
+        nobody = pwd.getpwnam("nobody").pw_uid
+        rc, result = _check(base, venv, "nobody")
+        assert rc == 0 and result["commands_checked"] == {"m": {"ok": True, "error": None}}, result
+        assert result["cached"] is False and result["vllm_version"] == "0.0.0+standin", result
+        # (A venv's site-packages may be on the path twice, lib and lib64: each start logs once per entry.)
+        logged = (base / "hooks" / "uids").read_text().split()
+        assert logged and set(logged) == {str(nobody)}, logged
+        rc, again = _check(base, venv, "nobody")
+        assert rc == 0 and again["cached"] is True, again
+        assert (base / "hooks" / "uids").read_text().split() == logged
+        # Without a user the parse runs as the module's user (root here): the hook says so, so the check above can fail.
+        (base / "accepted.json").unlink()
+        rc, as_root = _check(base, venv, "")
+        assert rc == 0 and set((base / "hooks" / "uids").read_text().split()) == {str(nobody), "0"}, as_root
+        rc, unknown = _check(base, venv, "no-such-user-here")
+        assert rc != 0 and "user no-such-user-here: no such user on this host" in unknown["msg"], unknown
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
