@@ -137,6 +137,26 @@ def validate_manifest(manifest):
     return manifest
 
 
+def lock_problem(manifest, repo_id, commit):
+    """Why ``manifest`` (a mapping, or its JSON text) may not enter the revision lock of ``repo_id`` at ``commit``, or ''.
+    A rollout reads it back from the one host that downloaded (issue 43): the fleet copies and verifies against it, so it
+    must be well formed and name the locked commit and repo before it is trusted."""
+    if isinstance(manifest, (str, bytes)):
+        try:
+            manifest = json.loads(manifest)
+        except ValueError as exc:
+            return "it is not JSON (%s)" % exc
+    try:
+        validate_manifest(manifest)
+    except ManifestError as exc:
+        return str(exc)
+    if manifest.get("revision") != commit:
+        return "its revision is %s, not the locked commit %s" % (json.dumps(manifest.get("revision")), commit)
+    if repo_id and manifest.get("repo_id") != repo_id:
+        return "its repo is %s, not %s" % (json.dumps(manifest.get("repo_id")), repo_id)
+    return ""
+
+
 def load_manifest(path):
     try:
         with open(path, "rb") as handle:

@@ -14,6 +14,7 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.file_hashing import 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import (
     MANIFEST_FILENAME, ManifestError, list_model_files, load_manifest, manifest_from_directory,
     manifest_from_siblings, validate_manifest, write_manifest)
+from ansible_collections.llmfleet.vllm.plugins.module_utils import model_manifest as mm
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import verify_model_dir
 from model_builders import REPO_ID, REVISION, build_safetensors_model, hub_model_info, truncate
 
@@ -97,3 +98,35 @@ def test_invalid_json_manifest(tmp_path):
         load_manifest(str(path))
     path.write_text(json.dumps({"format": 1, "files": []}))
     assert load_manifest(str(path))["files"] == []
+
+
+# ------------------------------------------------------------- issue 43: a manifest enters the revision lock bound to it
+
+_COMMIT = "c" * 40
+
+
+def _lockable(**changes):
+    manifest = {"format": 1, "repo_id": "org/model", "revision": _COMMIT,
+                "files": [{"path": "model.safetensors", "size": 3, "sha256": "a" * 64, "git_sha1": "b" * 40}]}
+    manifest.update(changes)
+    return manifest
+
+
+def test_a_manifest_of_the_locked_commit_and_repo_may_enter_the_lock():
+    assert mm.lock_problem(_lockable(), "org/model", _COMMIT) == ""
+    assert mm.lock_problem(json.dumps(_lockable()), "org/model", _COMMIT) == ""
+
+
+@pytest.mark.parametrize("manifest, problem", [
+    (_lockable(revision="d" * 40), 'its revision is "%s", not the locked commit %s' % ("d" * 40, _COMMIT)),
+    (_lockable(revision="main"), 'its revision is "main", not the locked commit'),
+    (_lockable(revision=None), "its revision is null, not the locked commit"),
+    (_lockable(repo_id="evil/model"), 'its repo is "evil/model", not org/model'),
+    (_lockable(files=[{"path": "../../etc/cron.d/x", "size": 1, "sha256": None, "git_sha1": None}]), "invalid manifest path"),
+    (_lockable(files=[{"path": "a", "size": -1}]), "invalid size"),
+    (_lockable(format=2), "not a format 1 manifest"),
+    ("{not json", "it is not JSON"),
+])
+def test_a_manifest_read_back_from_a_host_is_refused_unless_it_is_of_the_locked_commit(manifest, problem):
+    """What the seeding host's .llmfleet-manifest.json could say instead (model_seed/tasks/manifest.yml asks first)."""
+    assert problem in mm.lock_problem(manifest, "org/model", _COMMIT)
