@@ -3,11 +3,13 @@
 dashboards' GPU panels draw. On a GPU host a systemd timer runs this file every 15 s (roles/observability, entry point
 gpu_metrics) with the vLLM venv's Python, which has pynvml:
 
-    python3 -S gpu_textfile.py --path /opt/vllm/lib/python3.12/site-packages --textfile-dir DIR
+    python3 gpu_textfile.py --textfile-dir DIR        # writes DIR/llmfleet-gpu.prom, atomically
+    python3 -S gpu_textfile.py --path /opt/vllm/lib/python3.12/site-packages --stdout
 
-It writes llmfleet-gpu.prom there, atomically. Standard library and pynvml only: on the host it runs as a plain file
-beside atomic_write.py and prom_text.py. The timer runs it with -S and --path naming the folder that holds pynvml, so
-that no .pth file of the venv runs (the venv's site would run them, -I or not)."""
+Standard library and pynvml only: on the host it runs as a plain file beside atomic_write.py and prom_text.py. The timer
+runs the second form, as a user of its own: -S and --path naming the folder that holds pynvml, so that no .pth file of
+the venv runs (the venv's site would run them, -I or not), and the text on stdout, into a file systemd opened for it
+(the user owns no path node_exporter reads)."""
 from __future__ import annotations
 
 import argparse
@@ -59,11 +61,13 @@ def render(gpus):
 
 def main(argv=None, nvml=None):
     parser = argparse.ArgumentParser(description='Write the GPUs\' NVML readings for node_exporter\'s textfile collector.')
-    parser.add_argument('--textfile-dir', required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument('--textfile-dir')
+    where.add_argument('--stdout', action='store_true', help='write the text to stdout (a file the caller opened)')
     parser.add_argument('--path', action='append', default=[],
                         help="a folder to import pynvml from (the venv's site-packages, for a Python run with -S)")
     args = parser.parse_args(argv)
-    sys.path[1:1] = args.path
+    sys.path.extend(args.path)  # after the standard library: a folder of the venv shadows none of it
     if nvml is None:
         import pynvml as nvml  # pylint: disable=import-outside-toplevel
     nvml.nvmlInit()
@@ -71,7 +75,10 @@ def main(argv=None, nvml=None):
         text = render(read(nvml))
     finally:
         nvml.nvmlShutdown()
-    atomic_write(args.textfile_dir.rstrip('/') + '/' + FILE_NAME, text, mode=0o644, make_dirs=False)
+    if args.stdout:
+        sys.stdout.write(text)
+    else:
+        atomic_write(args.textfile_dir.rstrip('/') + '/' + FILE_NAME, text, mode=0o644, make_dirs=False)
     return 0
 
 

@@ -34,6 +34,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -417,7 +418,7 @@ def test_prometheus_follows_the_pivot_through_the_generated_targets(pivot):
     """After the stop-then-start pivot to b's new revision: the targets say so (with the slot's labels), Prometheus
     scrapes it through the gateway's metrics listener and the old revision's series are gone; the textfile's pivot
     metrics equal the pivot record;
-    every dashboard query has data (GPU panels: tests/unit/recordings/test_gpu_textfile.py); the metric contract passes
+    every dashboard query has data (the GPU panels once the GPU timer runs with NVML's test double); the metric contract passes
     on the bed's vLLM, and a metric it does not export fails it, naming its user."""
     prom, slot = pivot.prometheus, _slot()
     record = json.loads((pivot.results / MACHINE / "pivots" / "tiny-llama-b-latest.json").read_text())
@@ -462,6 +463,7 @@ def test_prometheus_follows_the_pivot_through_the_generated_targets(pivot):
     empty = [(board, title, expr) for board, title, expr in _dashboard_queries()
              if "llmfleet_gpu_" not in expr and "== 0" not in expr and not prom.query(expr)]
     assert empty == [], empty
+    _gpu_timer_feeds_the_gpu_panels(pivot)
 
     checked = _observability_playbook(pivot)
     assert checked.returncode == 0, checked.stdout[-6000:]
@@ -472,6 +474,32 @@ def test_prometheus_follows_the_pivot_through_the_generated_targets(pivot):
     assert (f"{MACHINE} slot default (tiny-llama-b, vLLM {version}) does not export 1 metric(s) that dashboards or"
             " alert rules use:\\n- vllm:time_per_output_token_seconds_bucket, used by dashboard mine panel TPOT") \
         in removed.stdout, removed.stdout[-4000:]
+
+
+def _gpu_timer_feeds_the_gpu_panels(pivot):
+    """Issue 43 item 3: playbooks/observability.yml installs the GPU timer (entry point gpu_metrics) on a host whose
+    NVML is a TEST DOUBLE (tests/fixtures/nvml/pynvml.py in a venv of its own, a placeholder /dev/nvidiactl: no GPU here)
+    with a .pth hook; the host's systemd runs it as a user of its own: node_exporter serves both fake GPUs to
+    Prometheus, the dashboards' GPU panels have data, the file is root's (0644), the hook never ran; a re-run changes
+    nothing."""
+    _ssh("python3 -m venv --without-pip /opt/fakegpu && touch /dev/nvidiactl")
+    [site] = glob.glob(os.path.join(TESTBED_STATE, MACHINE, "rootfs", "opt", "fakegpu", "lib", "python3*", "site-packages"))
+    shutil.copy(os.path.join(REPO, "tests", "fixtures", "nvml", "pynvml.py"), site)
+    with open(os.path.join(site, "zz-hook.pth"), "w", encoding="utf-8") as handle:
+        handle.write("import sys; sys.stderr.write('HOOK RAN\\n')\n")
+    gpu_python = ("-e", "observability_gpu_python=/opt/fakegpu/bin/python")
+    installed = _observability_playbook(pivot, *gpu_python)
+    assert installed.returncode == 0, installed.stdout[-6000:]
+    power = pivot.prometheus.wait_query('llmfleet_gpu_power_watts{job="llmfleet_node"}', lambda r: len(r) == 2)
+    assert sorted((m["gpu"], v) for m, v in power) == [("0", 123.456), ("1", 123.456)], power
+    empty = [(board, title) for board, title, expr in _dashboard_queries()
+             if "llmfleet_gpu_" in expr and not pivot.prometheus.query(expr)]
+    assert empty == [], empty
+    assert _ssh("ls -A /var/lib/prometheus/node-exporter | grep gpu; stat -c '%U %a' /var/lib/prometheus/node-exporter/"
+                "llmfleet-gpu.prom").split("\n") == ["llmfleet-gpu.prom", "root 644"]
+    assert "HOOK RAN" not in _ssh("journalctl --no-pager -u llmfleet-gpu-metrics.service")
+    again = _observability_playbook(pivot, *gpu_python)
+    assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-4000:]
 
 
 def _gateway_status(path: str, *authorization: str, port: int = GW_PORT) -> int:

@@ -40,23 +40,8 @@ EXCEPTIONS = {
 # Templates that are parts of services, not services.
 INCLUDES = {'roles/ray_cluster/templates/ray-sandbox.service.j2': 'the Ray head and worker units include it'}
 
-# A stand-in for NVML (no GPU here): the calls gpu_textfile.py makes, two GPUs.
-FAKE_PYNVML = '''
-class _Memory:
-    used, total = 2 * 2**30, 80 * 2**30
-class _Utilization:
-    gpu = 37
-def nvmlInit(): pass
-def nvmlShutdown(): pass
-def nvmlDeviceGetCount(): return 2
-def nvmlDeviceGetHandleByIndex(index): return index
-def nvmlDeviceGetMemoryInfo(handle): return _Memory()
-def nvmlDeviceGetUtilizationRates(handle): return _Utilization()
-def nvmlDeviceGetUUID(handle): return 'GPU-fake-%d' % handle
-def nvmlDeviceGetName(handle): return b'Fake GPU'
-def nvmlDeviceGetPowerUsage(handle): return 123456
-def nvmlDeviceGetEnforcedPowerLimit(handle): return 700000
-'''
+# NVML's test double (no GPU here): two fake GPUs.
+FAKE_PYNVML = REPO / 'tests' / 'fixtures' / 'nvml' / 'pynvml.py'
 # What a package of the venv could ship: a .pth line runs at every start of a Python that processes the site.
 PTH_HOOK = "import os; open(os.environ['HOOK_MARKER'], 'w').write('ran')\n"
 
@@ -86,7 +71,7 @@ def gpu_unit():
         # Over the system's python3: the test's own interpreter may sit where nobody cannot reach it (a home directory).
         subprocess.run([SYSTEM_PYTHON, '-m', 'venv', '--without-pip', str(venv)], check=True)
         [site] = venv.glob('lib/python3*/site-packages')
-        (site / 'pynvml.py').write_text(FAKE_PYNVML)
+        shutil.copy(FAKE_PYNVML, site / 'pynvml.py')
         (site / 'zz-hook.pth').write_text(PTH_HOOK)
         lib = base / 'lib'
         lib.mkdir(mode=0o755)
@@ -129,9 +114,12 @@ def test_gpu_metrics_service_is_sandboxed(gpu_unit, systemd_analyze):
     assert score <= MAX_EXPOSURE, report
     text = unit.read_text()
     assert 'DynamicUser=true\n' in text and 'CapabilityBoundingSet=\n' in text and 'DevicePolicy=closed\n' in text
-    # Nothing runs as root: no User= (a user of its own for each run), no "+" command outside the sandbox.
-    assert '\nUser=' not in text and not [c for key in ('ExecStartPre', 'ExecStartPost', 'ExecStart')
-                                          for c in _commands(unit, key) if c.startswith(('+', '!'))]
+    # The user's code runs in ExecStart alone; root ("+") only gives the file systemd opened its mode and name.
+    assert '\nUser=' not in text and not [c for c in _commands(unit, 'ExecStart') if c.startswith(('+', '!'))]
+    assert [c.split()[0] for c in _commands(unit, 'ExecStartPre') + _commands(unit, 'ExecStartPost')] == [
+        '+/bin/rm', '+/bin/chmod', '+/bin/mv']
+    # No path of its own there (a runtime or state directory, a link): nothing for the user to point elsewhere.
+    assert 'RuntimeDirectory' not in text and 'StateDirectory' not in text and 'ReadWritePaths' not in text
 
 
 def test_the_role_finds_pynvml_as_nobody_and_runs_no_pth_file(gpu_unit):
@@ -141,35 +129,38 @@ def test_the_role_finds_pynvml_as_nobody_and_runs_no_pth_file(gpu_unit):
 
 
 def test_gpu_metrics_writer_runs_without_privileges_and_no_pth_file_of_the_venv(gpu_unit, tmp_path):
-    """ExecStart as written, as nobody: the file lands in the runtime directory with both fake GPUs, and the venv's .pth
-    hook never ran. The same command without -S runs it (the check can fail). node_exporter's directory links to that
-    file (the role's link task names the runtime directory ExecStart writes to)."""
+    """The unit's commands as written: ExecStart as nobody, its stdout into the file StandardOutput= names (opened here
+    by root, as systemd does), then ExecStartPost: node_exporter's directory holds llmfleet-gpu.prom with both fake GPUs,
+    0644, and nothing else; the venv's .pth hook never ran. The same command without -S runs it (the check can fail)."""
     unit = gpu_unit['unit']
-    runtime = Path(tempfile.mkdtemp(prefix='llmfleet-run-'))
+    textfile = Path(tempfile.mkdtemp(prefix='llmfleet-textfile-'))
     try:
-        runtime.chmod(0o755)
-        run_dir = yaml.safe_load((ROLE / 'vars' / 'main.yml').read_text())['observability__gpu_run_dir']
-        (runtime / run_dir).mkdir()
+        textfile.chmod(0o755)  # nobody reaches the markers below (the control shows the hook can write there)
+        text_unit = unit.read_text().replace('/var/lib/prometheus/node-exporter', str(textfile))
+        [start] = [line.split('=', 1)[1] for line in text_unit.splitlines() if line.startswith('ExecStart=')]
+        [output] = [line.split('=', 1)[1] for line in text_unit.splitlines() if line.startswith('StandardOutput=')]
+        # file:, not truncate: - every command of the unit gets this stdout, and truncate: would empty it at the chmod.
+        assert output.startswith('file:' + str(textfile) + '/') and not output.endswith('.prom'), output
+        argv = shlex.split(start)
+        markers = textfile / 'markers'
+        markers.mkdir()
+        markers.chmod(0o1777)
         nobody = pwd.getpwnam('nobody')
-        os.chown(runtime / run_dir, nobody.pw_uid, nobody.pw_gid)
-        [start] = _commands(unit, 'ExecStart')
-        assert '--textfile-dir %t/' + run_dir in start, start
-        argv = [word.replace('%t', str(runtime)) for word in shlex.split(start)]
-        marker = runtime / run_dir / 'hook-ran'  # nobody may write there: the hook's silence means it never ran
-        env = {'PATH': '/usr/bin:/bin', 'HOOK_MARKER': str(marker)}
         as_nobody = ['setpriv', '--reuid=%d' % nobody.pw_uid, '--regid=%d' % nobody.pw_gid, '--clear-groups']
-        done = subprocess.run(as_nobody + argv, env=env, capture_output=True, text=True, check=False)
+        env = {'PATH': '/usr/bin:/bin', 'HOOK_MARKER': str(markers / 'hook-ran')}
+        with open(output[len('file:'):], 'w', encoding='utf-8') as stdout:
+            done = subprocess.run(as_nobody + argv, env=env, stdout=stdout, stderr=subprocess.PIPE, text=True, check=False)
         assert done.returncode == 0, done.stderr
-        written = runtime / run_dir / 'llmfleet-gpu.prom'
+        assert argv[1] == '-S' and not (markers / 'hook-ran').exists()
+        for post in [line.split('=', 1)[1] for line in text_unit.splitlines() if line.startswith('ExecStartPost=')]:
+            subprocess.run(shlex.split(post[1:]), check=True)
+        written = textfile / 'llmfleet-gpu.prom'
         text = written.read_text()
         assert 'llmfleet_gpu_power_watts{gpu="1",uuid="GPU-fake-1",name="Fake GPU"} 123.456' in text, text
-        assert os.stat(written).st_uid == nobody.pw_uid and oct(os.stat(written).st_mode & 0o777) == '0o644'
-        assert argv[1] == '-S' and not marker.exists()
-        control = subprocess.run(as_nobody + [argv[0]] + argv[2:], env=dict(env, HOOK_MARKER=str(runtime / run_dir / 'control')),
+        assert oct(os.stat(written).st_mode & 0o777) == '0o644'
+        assert sorted(p.name for p in textfile.iterdir()) == ['llmfleet-gpu.prom', 'markers']
+        control = subprocess.run(as_nobody + [argv[0]] + argv[2:], env=dict(env, HOOK_MARKER=str(markers / 'control')),
                                  capture_output=True, text=True, check=False)
-        assert (runtime / run_dir / 'control').read_text() == 'ran', control.stderr
+        assert (markers / 'control').read_text() == 'ran', control.stderr
     finally:
-        shutil.rmtree(runtime, ignore_errors=True)
-    link = _role_task("Link node_exporter's textfile directory to the file the timer writes")['ansible.builtin.file']
-    assert (link['src'], link['state'], link['path']) == (
-        '/run/{{ observability__gpu_run_dir }}/llmfleet-gpu.prom', 'link', '{{ observability_textfile_dir }}/llmfleet-gpu.prom')
+        shutil.rmtree(textfile, ignore_errors=True)
