@@ -150,6 +150,9 @@ def lock_problem(manifest, repo_id, commit):
         validate_manifest(manifest)
     except ManifestError as exc:
         return str(exc)
+    unhashed = [f["path"] for f in manifest["files"] if not f.get("sha256") and not f.get("git_sha1")]
+    if unhashed:  # a file the fleet could check by its size alone
+        return "it gives no hash for %s" % ", ".join(unhashed[:5])
     if manifest.get("revision") != commit:
         return "its revision is %s, not the locked commit %s" % (json.dumps(manifest.get("revision")), commit)
     if repo_id and manifest.get("repo_id") != repo_id:

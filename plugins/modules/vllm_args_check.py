@@ -47,7 +47,8 @@ options:
     default: ""
   user:
     description:
-      - Run O(python) as this user (the service user of the installation) instead of the module's own. Needs root.
+      - Run O(python) as this user (the service user of the installation), with an environment of its own (C(PATH),
+        C(HOME), C(USER), C(LANG)). Needs root. Required with O(python) when the module runs as root (C(root) to mean it).
     type: str
     default: ""
 attributes:
@@ -209,10 +210,10 @@ def key_commands(commands):
 # the vLLM distribution in the site-packages of the venv whose bin/ holds argv[1], from the standard library alone.
 # Prints {"dist", "version", "files", "stamp"} or {}.
 INSTALLATION = r"""
-import glob, json, os, sys
+import json, os, sys
 from importlib import metadata
 venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[1])))
-paths = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")))
+paths = [os.path.join(venv, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")]
 found = {}
 for dist in metadata.distributions(path=paths):
     name = (dist.metadata["Name"] or "").lower().replace("_", "-")
@@ -225,7 +226,8 @@ print(json.dumps(found))
 
 
 def as_user(user):
-    """subprocess.run arguments that start a program as ``user`` (no other groups, its HOME), or none for the module's own."""
+    """subprocess.run arguments that start a program as ``user`` (no other groups, its HOME, an environment of its own:
+    nothing of the module's, which may hold a play's secrets), or none for the module's own user."""
     if not user:
         return {}
     entry = pwd.getpwnam(user)
@@ -234,15 +236,19 @@ def as_user(user):
         os.setgroups([])
         os.setgid(entry.pw_gid)
         os.setuid(entry.pw_uid)
-    return {"preexec_fn": drop, "cwd": "/", "env": dict(os.environ, HOME=entry.pw_dir, USER=user, LOGNAME=user)}
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": entry.pw_dir, "USER": user, "LOGNAME": user, "LANG": "C.UTF-8"}
+    return {"preexec_fn": drop, "cwd": "/", "env": env}
 
 
 def installation_key(commands, python, user=""):
     """What an accepted command line depends on: the installation's interpreter, its vLLM distribution (version and files'
     location, so a reinstall or another build is parsed again) and the command lines (key_commands). None without
     vLLM's metadata."""
-    done = subprocess.run([python, "-S", "-c", INSTALLATION, python], capture_output=True, text=True, check=False,
-                          **as_user(user))
+    try:
+        done = subprocess.run([python, "-S", "-c", INSTALLATION, python], capture_output=True, text=True, check=False,
+                              **as_user(user))
+    except OSError:
+        return None
     try:
         found = json.loads(done.stdout) if done.returncode == 0 else {}
     except ValueError:
@@ -285,14 +291,21 @@ def main():
         except KeyError:
             module.fail_json(msg="user %s: no such user on this host (the vLLM installation's service user)" % user,
                              commands_checked={})
-        if os.geteuid() != 0:
+        if os.geteuid() != 0 and pwd.getpwnam(user).pw_uid != os.geteuid():
             module.fail_json(msg="user %s: only root can run the check as another user" % user, commands_checked={})
+    elif module.params["python"] and os.geteuid() == 0:
+        module.fail_json(msg="python is given without user: as root the check would run the vLLM installation's code (its"
+                             " .pth files, vLLM's import) as root; name its service user (user: root to mean it)",
+                         commands_checked={})
     cache_file = module.params["cache_file"]
     key = installation_key(commands, python, user) if cache_file else None
     if key and key in read_cache(cache_file):
         module.exit_json(changed=False, cached=True, **read_cache(cache_file)[key])
-    done = subprocess.run([python, "-c", CHECKER], input=json.dumps(commands), capture_output=True, text=True,
-                          check=False, **as_user(user))
+    try:
+        done = subprocess.run([python, "-c", CHECKER], input=json.dumps(commands), capture_output=True, text=True,
+                              check=False, **as_user(user))
+    except OSError as exc:
+        module.fail_json(msg="cannot start %s%s: %s" % (python, (" as " + user) if user else "", exc), commands_checked={})
     try:
         report = json.loads(done.stdout) if done.returncode == 0 else None
     except ValueError:

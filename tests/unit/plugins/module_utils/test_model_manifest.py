@@ -125,6 +125,7 @@ def test_a_manifest_of_the_locked_commit_and_repo_may_enter_the_lock():
     (_lockable(files=[{"path": "../../etc/cron.d/x", "size": 1, "sha256": None, "git_sha1": None}]), "invalid manifest path"),
     (_lockable(files=[{"path": "a", "size": -1}]), "invalid size"),
     (_lockable(format=2), "not a format 1 manifest"),
+    (_lockable(files=[{"path": "config.json", "size": 9, "sha256": None, "git_sha1": None}]), "it gives no hash for config.json"),
     ("{not json", "it is not JSON"),
 ])
 def test_a_manifest_read_back_from_a_host_is_refused_unless_it_is_of_the_locked_commit(manifest, problem):

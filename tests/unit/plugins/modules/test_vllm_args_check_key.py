@@ -38,7 +38,7 @@ def test_port_and_address_values_do_not_change_the_key_anything_else_does():
 # ------------------------------------------------------------------ issue 43: no code of the vLLM venv runs as root
 
 # What a package of the venv could ship: a .pth line runs at every start of a Python that processes the site.
-PTH_HOOK = "import os; open(os.environ.get('LLMFLEET_HOOK_LOG', '/dev/null'), 'a').write('%d\\n' % os.getuid())\n"
+PTH_HOOK = "import os; open(%r, 'a').write('%%d\\n' %% os.getuid())\n"  # the log's path filled in
 
 
 def _standin_venv(base):
@@ -47,12 +47,17 @@ def _standin_venv(base):
     venv = base / "venv"
     # Over the system's python3: the test's own interpreter may sit where nobody cannot reach it (a home directory).
     subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = next(venv.glob("lib/python3*/site-packages"))
+    site = site_of(venv)
     shutil.copytree(REPO / "tests" / "standin" / "vllm", site / "vllm", ignore=shutil.ignore_patterns("__pycache__"))
     (site / "vllm-0.0.0+standin.dist-info").mkdir()
     (site / "vllm-0.0.0+standin.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.0.0+standin\n")
-    (site / "zz-hook.pth").write_text(PTH_HOOK)
+    (site / "zz-hook.pth").write_text(PTH_HOOK % str(base / "hooks" / "uids"))
     return venv
+
+
+def site_of(venv):
+    [site] = venv.glob("lib/python3*/site-packages")
+    return site
 
 
 def _check(base, venv, user):
@@ -62,7 +67,7 @@ def _check(base, venv, user):
                            "-m", "llmfleet.vllm.vllm_args_check", "-a", json.dumps(args)],
                           capture_output=True, text=True, cwd=REPO, check=False,
                           env=dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-                                   ANSIBLE_CALLBACK_RESULT_FORMAT="json", LLMFLEET_HOOK_LOG=str(base / "hooks" / "uids")))
+                                   ANSIBLE_CALLBACK_RESULT_FORMAT="json", LLMFLEET_SECRET_OF_THE_PLAY="sk-not-for-vllm"))
     return done.returncode, json.loads(done.stdout.split(" => ", 1)[1])
 
 
@@ -87,9 +92,18 @@ def test_the_parse_runs_as_the_service_user_and_root_runs_no_pth_file_of_the_ven
         rc, again = _check(base, venv, "nobody")
         assert rc == 0 and again["cached"] is True, again
         assert (base / "hooks" / "uids").read_text().split() == logged
-        # Without a user the parse runs as the module's user (root here): the hook says so, so the check above can fail.
+        # The user's environment is its own: nothing of the module's (a play's secrets) reaches it.
+        env_log = base / "hooks" / "env"
+        (site_of(venv) / "zz-env.pth").write_text("import os; open(%r, 'w').write(repr(sorted(os.environ)))\n" % str(env_log))
         (base / "accepted.json").unlink()
-        rc, as_root = _check(base, venv, "")
+        rc, _again = _check(base, venv, "nobody")
+        assert rc == 0 and "LLMFLEET_SECRET_OF_THE_PLAY" not in env_log.read_text() and "'HOME'" in env_log.read_text()
+        # Without a user, as root, the module refuses; with user root (meant) the parse runs as root: the hook says so,
+        # so the checks above can fail.
+        rc, refused = _check(base, venv, "")
+        assert rc != 0 and "python is given without user" in refused["msg"], refused
+        (base / "accepted.json").unlink()
+        rc, as_root = _check(base, venv, "root")
         assert rc == 0 and set((base / "hooks" / "uids").read_text().split()) == {str(nobody), "0"}, as_root
         rc, unknown = _check(base, venv, "no-such-user-here")
         assert rc != 0 and "user no-such-user-here: no such user on this host" in unknown["msg"], unknown
