@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from bare_venv import bare_venv
 from systemd_security import MAX_EXPOSURE, exposure
 
 REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 ROLE = REPO / 'roles' / 'observability'
 GPU_UNIT = 'llmfleet-gpu-metrics.service'
-SYSTEM_PYTHON = '/usr/bin/python3'
 CHECK_TASK = "Check that observability_gpu_python has NVML's bindings (nvidia-ml-py)"
 
 # Where each service template is held to MAX_EXPOSURE.
@@ -68,9 +68,7 @@ def gpu_unit():
     base.chmod(0o755)
     try:
         venv = base / 'venv'
-        # Over the system's python3: the test's own interpreter may sit where nobody cannot reach it (a home directory).
-        subprocess.run([SYSTEM_PYTHON, '-m', 'venv', '--without-pip', str(venv)], check=True)
-        [site] = venv.glob('lib/python3*/site-packages')
+        site = bare_venv(venv)
         shutil.copy(FAKE_PYNVML, site / 'pynvml.py')
         (site / 'zz-hook.pth').write_text(PTH_HOOK)
         lib = base / 'lib'

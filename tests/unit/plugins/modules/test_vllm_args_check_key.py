@@ -11,12 +11,12 @@ import sys
 import tempfile
 
 import pytest
+from bare_venv import bare_venv
 
 from ansible_collections.llmfleet.vllm.plugins.modules import vllm_args_check
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 BIN = pathlib.Path(sys.executable).parent
-SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def test_port_and_address_values_do_not_change_the_key_anything_else_does():
@@ -45,9 +45,7 @@ def _standin_venv(base):
     """A venv holding the STAND-IN vllm package (tests/standin/vllm: its serve parser takes the CHECKER's calls), its
     dist-info as the test bed writes it, and a .pth hook that logs the uid of every Python that runs it."""
     venv = base / "venv"
-    # Over the system's python3: the test's own interpreter may sit where nobody cannot reach it (a home directory).
-    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = site_of(venv)
+    site = bare_venv(venv)
     shutil.copytree(REPO / "tests" / "standin" / "vllm", site / "vllm", ignore=shutil.ignore_patterns("__pycache__"))
     (site / "vllm-0.0.0+standin.dist-info").mkdir()
     (site / "vllm-0.0.0+standin.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.0.0+standin\n")
