@@ -12,28 +12,18 @@ from __future__ import annotations
 import json
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.hf_download import COMMIT_RE
+from ansible_collections.llmfleet.vllm.plugins.module_utils.serve_args import names_option
 
 TRUST_OPTION = '--trust-remote-code'
 # The revision lock's key naming the commit whose remote code a run accepted.
 ACCEPTED_KEY = 'remote_code_accepted'
 
 
-def _is_trust_option(token):
-    """vLLM's parser turns '_' into '-' and argparse takes any unambiguous prefix of an option (--tr, --trust-remote);
-    an ambiguous one fails vLLM's parse, so counting every prefix costs nothing. (--config files are refused outright:
-    serve_args.FORBIDDEN_ARGS.)"""
-    name = str(token)
-    if not name.startswith('--'):
-        return False
-    name = name[2:].split('=', 1)[0].replace('_', '-').lower()
-    return bool(name) and TRUST_OPTION[2:].startswith(name)
-
-
 def runs_remote_code(entry):
     """Whether a catalog entry (profile applied) serves with remote code: trust_remote_code, or the option in
     extra_args."""
     serving = (entry or {}).get('serving') or {}
-    return serving.get('trust_remote_code') is True or any(_is_trust_option(t) for t in serving.get('extra_args') or [])
+    return serving.get('trust_remote_code') is True or any(names_option(t, TRUST_OPTION) for t in serving.get('extra_args') or [])
 
 
 def is_commit(revision):

@@ -63,15 +63,21 @@ FORBIDDEN_ARGS = {
 _SAFE_TOKEN = re.compile(r'^[A-Za-z0-9_@+=:,./-]+\Z')
 
 
-def forbidden_arg(token):
-    """The forbidden option a command-line token names, or None. vLLM's parser turns '_' into '-' in option names and
-    argparse takes any unambiguous prefix of an option, so --api_key, --api-k and --api_k=KEY all name --api-key."""
+def names_option(token, option):
+    """Whether a command-line token can set ``option`` (``--name``): vLLM's parser turns '_' into '-' in option names and
+    argparse takes any unambiguous prefix of an option, so --api_key, --api-k and --api_k=KEY all name --api-key (an
+    ambiguous prefix fails vLLM's parse, so counting every prefix costs nothing)."""
     token = _text(token)
     if not token.startswith('--'):
-        return None
+        return False
     name = token[2:].split('=', 1)[0].replace('_', '-').lower()
+    return bool(name) and option[2:].startswith(name)
+
+
+def forbidden_arg(token):
+    """The forbidden option a command-line token names (names_option), or None."""
     for option in FORBIDDEN_ARGS:
-        if name and option[2:].startswith(name):
+        if names_option(token, option):
             return option
     return None
 
