@@ -26,6 +26,10 @@ trap 'stop_images; exit 130' INT TERM
 # tools/ci/callback_plugins/shared_ansiballz_cache.py).
 export ANSIBLE_CALLBACK_PLUGINS=$repo/tools/ci/callback_plugins${ANSIBLE_CALLBACK_PLUGINS:+:$ANSIBLE_CALLBACK_PLUGINS}
 export LLMFLEET_ANSIBALLZ_CACHE=$repo/tests/output/ansiballz-cache
+# Every playbook run's tasks and controller CPU, per test (tools/ci/callback_plugins/playbook_tally.py), summed per test
+# module at the end: where the Ansible half of the run's CPU goes.
+export LLMFLEET_PLAYBOOK_TALLY=$logs/playbooks.tsv
+: >"$LLMFLEET_PLAYBOOK_TALLY"
 # lint and sanity are each mostly one process's work, and sanity waits on pip for its venvs: beside the unit tests'
 # two workers the three took 294 s where lint and sanity side by side, then the unit tests, took 340 s (cold sanity
 # venvs, this box; docs/testbed.md).
@@ -79,6 +83,8 @@ sort -t= -k3 -n "$logs/resources.log" | tail -1
 awk -F'idle_pct=' 'NF == 2 {sum += $2; n++} END {if (n) printf "CPU idle through the long suites: %.0f %% of both cores on average\n", sum / n}' \
   "$logs/resources.log"
 echo "oom_kill: $(($(oom_kills) - oom_before))"
+step "ansible-playbook runs: tasks and controller CPU per test module (tests/output/logs/playbooks.tsv)"
+python3 tools/ci/playbook_tally.py "$LLMFLEET_PLAYBOOK_TALLY"
 while IFS=$'\t' read -r job rc _rest; do
   log=$logs/$job.log
   step "$job (rc=$rc)"
