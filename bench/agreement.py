@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.join(REPO, ".ansible", "collections"))  # `make venv`
 from ansible_collections.llmfleet.vllm.plugins.module_utils.bench_stats import interval  # noqa: E402
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_gate import parse_prometheus_counter  # noqa: E402
 
-COUNTERS = ("vllm:generation_tokens_total", "vllm:e2e_request_latency_seconds_sum",
+COUNTERS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:e2e_request_latency_seconds_sum",
             "vllm:e2e_request_latency_seconds_count", "vllm:request_success_total")
 
 
@@ -154,6 +154,8 @@ def measure(args, name: str, c: int, seed: int) -> dict:
                 "server_busy_s": seconds, "server_busy_tok_s": tokens / seconds if seconds else None,
                 "server_rate_over_client_interval": server_tokens / run["duration_s"],
                 "server_mean_latency_s": delta["vllm:e2e_request_latency_seconds_sum"] / requests if requests else None,
+                # The prompts as the server's tokenizer counted them (vLLM bench's test request included).
+                "server_prompt_tokens_per_request": delta["vllm:prompt_tokens_total"] / requests if requests else None,
                 "polls": len(poller.samples)})
     return run
 
@@ -162,8 +164,9 @@ def table(runs: list) -> str:
     def fmt(values, digits=0):
         ci = interval(values)  # the 95 % interval the benchmark role and throughput_check give (from 3 rounds)
         return f"{ci['mean']:,.{digits}f}" + (f" ± {ci['half_width']:,.{digits}f}" if ci["half_width"] is not None else "")
-    lines = ["| C | client | its output tok/s | server busy tok/s | tokens (client / server) | mean latency s (client / server) |",
-             "|---:|---|---:|---:|---:|---:|"]
+    lines = ["| C | client | its output tok/s | server busy tok/s | tokens (client / server) | mean latency s (client / server) "
+             "| prompt tokens per request (server) |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
     for c in sorted({r["concurrency"] for r in runs}):
         for name in CLIENTS:
             mine = [r for r in runs if r["concurrency"] == c and r["client"] == name]
@@ -172,9 +175,11 @@ def table(runs: list) -> str:
             busy = [r["server_busy_tok_s"] for r in mine if r["server_busy_tok_s"]]
             client_lat = [r["mean_latency_s"] for r in mine if r["mean_latency_s"] is not None]
             server_lat = [r["server_mean_latency_s"] for r in mine if r["server_mean_latency_s"] is not None]
+            prompts = [r["server_prompt_tokens_per_request"] for r in mine if r.get("server_prompt_tokens_per_request")]
             lines.append(f"| {c} | {name} | {fmt([r['output_tok_s'] for r in mine])} | {fmt(busy) if busy else '-'} | "
                          f"{sum(r['output_tokens'] for r in mine):,.0f} / {sum(r['server_tokens'] for r in mine):,.0f} | "
-                         f"{fmt(client_lat, 3) if client_lat else '-'} / {fmt(server_lat, 3) if server_lat else '-'} |")
+                         f"{fmt(client_lat, 3) if client_lat else '-'} / {fmt(server_lat, 3) if server_lat else '-'} | "
+                         f"{fmt(prompts, 1) if prompts else '-'} |")
     return "\n".join(lines)
 
 

@@ -39,10 +39,23 @@ _WORDS = (
 ).split()
 
 
-def random_prompt(rng, approx_tokens):
-    """Random common words, about one token each for usual BPE vocabularies."""
-    n = max(1, int(approx_tokens))
+def random_prompt(rng, words):
+    """``words`` random common words: about one token each for usual BPE vocabularies, up to two for small ones (the
+    test models' 1,024 tokens); words_for_tokens sizes it from what the server counted."""
+    n = max(1, int(words))
     return " ".join(rng.choice(_WORDS) for _i in range(n))
+
+
+def words_for_tokens(tokens, samples):
+    """(words, tokens per word): how many random words make a prompt of about ``tokens`` tokens of the server's tokenizer,
+    from (words sent, prompt tokens the server's usage counted) of requests it answered; (tokens, None) without any.
+    vLLM bench serve's random prompts are exact token counts: a prompt of words sized as tokens was 1.9 times as long
+    on the test models' tokenizer, and the server's figures followed the longer prompts (docs/benchmarks.md)."""
+    counted = [(int(words), int(used)) for words, used in samples if words > 0 and used > 0]
+    if not counted:
+        return max(1, int(tokens)), None
+    per_word = float(sum(used for _w, used in counted)) / sum(words for words, _u in counted)
+    return max(1, int(round(tokens / per_word))), per_word
 
 
 def build_body(model, endpoint, prompt, max_tokens, ignore_eos=True, extra=None):

@@ -66,8 +66,9 @@ options:
     type: str
   prompt_tokens:
     description:
-      - Length (approximate tokens) of random-word prompts, a different prompt per request (seeded by O(seed)).
-        Used when O(prompt) is not set; default V(32).
+      - Length in tokens of random-word prompts, a different prompt per request (seeded by O(seed)). Used when
+        O(prompt) is not set; default V(32).
+      - A word is one token or more, by the server's tokenizer; the warm-up's usage sizes the prompts (RV(prompt)).
     type: int
   max_tokens:
     description: Output tokens per request (C(max_tokens)).
@@ -281,6 +282,15 @@ warmup:
   returned: unless skipped in check mode
   type: dict
   sample: {completed: 1, failed: 0}
+prompt:
+  description:
+    - The random prompts' size. The warm-up sends O(prompt_tokens) words; the server's usage says how many tokens that
+      was, and every later request sends as many words as make O(prompt_tokens) tokens of the server's tokenizer.
+    - C(tokens_per_word) is null when the warm-up got no usage (no warm-up, or a server that sends none) and the
+      prompts stay O(prompt_tokens) words.
+  returned: when the prompts are random (O(prompt) not set) and a warm-up ran
+  type: dict
+  sample: {tokens: 128, words: 68, tokens_per_word: 1.89}
 levels:
   description: Per concurrency level measurements (times in seconds).
   returned: always
@@ -449,6 +459,7 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_workload imp
     build_body,
     make_rng,
     random_prompt,
+    words_for_tokens,
 )
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_gate import (
     check_level,
@@ -551,15 +562,19 @@ def run_checks(params, module_warn=None):
     metrics_url = params["metrics_url"] or target.url("/metrics")
     rng = make_rng(params["seed"])
     fixed_prompt = params["prompt"]
+    prompt_tokens = params["prompt_tokens"] or 32
+    # Per side (a peer may tokenize otherwise): random prompts of prompt_tokens words until the warm-up's usage says
+    # how many words make prompt_tokens tokens there.
+    words = [prompt_tokens, prompt_tokens]
 
-    def body_for(name):
+    def body_for(side, name):
         def body_fn(_i):
-            prompt = fixed_prompt if fixed_prompt is not None else random_prompt(rng, params["prompt_tokens"] or 32)
+            prompt = fixed_prompt if fixed_prompt is not None else random_prompt(rng, words[side])
             return build_body(name, params["endpoint"], prompt, params["max_tokens"], params["ignore_eos"],
                               params["extra_body"])
         return body_fn
 
-    sides = [(target, body_for(model))] + ([(peer_target, body_for(peer_model))] if peer else [])
+    sides = [(target, body_for(0, model))] + ([(peer_target, body_for(1, peer_model))] if peer else [])
     result = dict(model=model, endpoint=target.path, event_loop=loop_name(), levels=[], failures=[],
                   metrics_available=False, skipped_load=False)
     peer_levels = []
@@ -570,8 +585,12 @@ def run_checks(params, module_warn=None):
             spec = LoadSpec(1, requests=params["warmup_requests"], timeout_s=params["timeout_s"],
                             keep_chunk_times=False)
             recs = []
-            for side_target, body_fn in sides:
-                recs.extend(loop.run_until_complete(run_level(side_target, spec, body_fn, loop))[0])
+            for side, (side_target, body_fn) in enumerate(sides):
+                side_recs = loop.run_until_complete(run_level(side_target, spec, body_fn, loop))[0]
+                recs.extend(side_recs)
+                if fixed_prompt is None:
+                    words[side], per_word = words_for_tokens(prompt_tokens, [(words[side], r.prompt_tokens) for r in side_recs if r.ok])
+                    result.setdefault("prompt", dict(tokens=prompt_tokens, words=words[side], tokens_per_word=per_word))
             result["warmup"] = dict(completed=sum(1 for r in recs if r.ok), failed=sum(1 for r in recs if not r.ok))
         # The peer may be the same server: its counter would count both sides.
         want_metrics = params["check_metrics"] and not peer

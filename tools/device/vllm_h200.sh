@@ -134,6 +134,8 @@ serve() {
     sync; echo 3 > /proc/sys/vm/drop_caches || echo "could not drop the page cache"
   fi
   rm -rf "/tmp/torchinductor_$user"  # the unit has PrivateTmp=true: every start sees an empty /tmp
+  # The launcher's run directory is the unit's RuntimeDirectory=, which systemd makes and unit_runner.py does not.
+  install -d -m 0755 /run/llmfleet-launch && install -d -o "$user" -g "$user" -m 0700 "/run/llmfleet-launch/${UNIT%.service}"
   playbook "$repo/tools/device/vllm_serve.yml" -e label="$label" -e profile="$profile" -e service_user="$user" \
     -e "{\"extra_env\": $(label_env "$label")}" ${launch:+-e launch_dir=/var/cache/llmfleet-vllm/launch-$label}
   local rc=$?
@@ -199,8 +201,8 @@ h200_phase() {
     bench) bench ;;
     stop-*) stop_unit "${phase#stop-}" ;;
     agree) (ulimit -n 65536; cd /tmp && $py "$repo/bench/agreement.py" --base-url $URL --model $MODEL --tokenizer $MODEL_DIR \
-      --vllm-bench "$venv/bin/vllm bench serve" --ansible-playbook "$py -m ansible.cli.playbook" --concurrency 8 32 128 \
-      --input-len 128 --output-len 128 --prompts-per-concurrency 8 --rounds 3 --out $RES/bench-agreement.json) ;;
+      --vllm-bench "$venv/bin/vllm bench serve" --ansible-playbook "$py -m ansible.cli.playbook" --concurrency ${AGREE_CONCURRENCY:-8 32 128} \
+      --input-len 128 --output-len 128 --prompts-per-concurrency 8 --rounds ${AGREE_ROUNDS:-3} --out $RES/bench-agreement.json) ;;
     sleepwake) $py "$repo/tools/device/sleep_wake.py" $URL $MODEL $RES/sleep-wake.json --cycles 3 ;;
     pack) pack ;;
     *) echo "unknown phase $phase"; false ;;

@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import run_level
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_conn import Target
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_workload import (LoadSpec, build_body, make_rng,
-                                                                                     random_prompt)
+                                                                                     random_prompt, words_for_tokens)
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 TOK = {"choices": [{"index": 0, "text": " t"}]}
@@ -198,3 +198,13 @@ def test_loadspec_validation():
         LoadSpec(0, requests=1)
     with pytest.raises(ValueError):
         LoadSpec(1)
+
+
+def test_words_for_tokens_sizes_prompts_by_what_the_server_counted():
+    # The test models' tokenizer: about 1.9 tokens a word; 16 words came back as 31 and 33 tokens.
+    words, per_word = words_for_tokens(16, [(16, 31), (16, 33)])
+    assert (words, per_word) == (8, 2.0)
+    # A server that counts one token a word keeps the size; failed requests (no usage: -1) teach nothing.
+    assert words_for_tokens(128, [(128, 129), (128, -1)])[0] == 127
+    assert words_for_tokens(16, []) == (16, None) and words_for_tokens(16, [(16, -1)]) == (16, None)
+    assert words_for_tokens(1, [(1, 5)])[0] == 1  # never an empty prompt
