@@ -78,6 +78,8 @@ def level_from_throughput_check(lvl):
         "error_samples": list(lvl.get("error_samples") or [])[:3],
         "duration_s": _num(lvl.get("duration_s")),
         "output_tokens": int(lvl.get("output_tokens") or 0),
+        # What the server's tokenizer counted of the prompts (usage), beside vllm bench serve's input tokens.
+        "prompt_tokens": int(lvl.get("prompt_tokens") or 0),
         "output_tok_s": _num(lvl.get("output_tok_s")) or 0.0,
         "request_s": _num(lvl.get("request_s")) or 0.0,
         "server_output_tok_s": _num(lvl.get("server_output_tok_s")),
@@ -130,6 +132,7 @@ def level_from_vllm_bench(raw, concurrency=None):
         "errors": {"failed": failed} if failed else {},
         "duration_s": _num(raw.get("duration")),
         "output_tokens": int(raw.get("total_output_tokens") or 0),
+        "prompt_tokens": int(raw.get("total_input_tokens") or 0),
         "output_tok_s": _num(raw.get("output_throughput")) or 0.0,
         "request_s": _num(raw.get("request_throughput")) or 0.0,
         "ttft_s": _ms_stats(raw, "ttft"),

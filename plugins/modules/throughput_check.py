@@ -68,7 +68,7 @@ options:
     description:
       - Length in tokens of random-word prompts, a different prompt per request (seeded by O(seed)). Used when
         O(prompt) is not set; default V(32).
-      - A word is one token or more, by the server's tokenizer; the warm-up's usage sizes the prompts (RV(prompt)).
+      - A word is one token or more, by the server's tokenizer: one request sizes the prompts first (RV(prompt)).
     type: int
   max_tokens:
     description: Output tokens per request (C(max_tokens)).
@@ -284,11 +284,11 @@ warmup:
   sample: {completed: 1, failed: 0}
 prompt:
   description:
-    - The random prompts' size. The warm-up sends O(prompt_tokens) words; the server's usage says how many tokens that
-      was, and every later request sends as many words as make O(prompt_tokens) tokens of the server's tokenizer.
-    - C(tokens_per_word) is null when the warm-up got no usage (no warm-up, or a server that sends none) and the
-      prompts stay O(prompt_tokens) words.
-  returned: when the prompts are random (O(prompt) not set) and a warm-up ran
+    - The random prompts' size. Before the warm-up, one request of O(prompt_tokens) words and one output token asks the
+      server how many tokens its tokenizer makes of them (its usage); every later request sends as many words as make
+      O(prompt_tokens) tokens there (vLLM bench serve's random prompts are exact token counts).
+    - C(tokens_per_word) is null when the server sent no usage; the prompts are then O(prompt_tokens) words.
+  returned: when the prompts are random (O(prompt) not set), unless skipped in check mode
   type: dict
   sample: {tokens: 128, words: 68, tokens_per_word: 1.89}
 levels:
@@ -550,6 +550,23 @@ def measured_level(concurrency, records, busy_s, samples, ci, params):
     return lvl
 
 
+def size_prompts(loop, served, words, params):
+    """One request per side (one output token, prompts of their own seed): how many tokens the server's tokenizer makes of
+    prompt_tokens random words, from its usage; words[side] becomes as many words as make prompt_tokens tokens there."""
+    tokens = params["prompt_tokens"] or 32
+    rng = make_rng(params["seed"] + 7919)
+    spec = LoadSpec(1, requests=1, timeout_s=params["timeout_s"], keep_chunk_times=False)
+    sized = None
+    for side, (side_target, model) in enumerate(served):
+        def probe(_i, model=model):
+            return build_body(model, params["endpoint"], random_prompt(rng, tokens), 1, params["ignore_eos"],
+                              params["extra_body"])
+        records = loop.run_until_complete(run_level(side_target, spec, probe, loop))[0]
+        words[side], per_word = words_for_tokens(tokens, [(tokens, r.prompt_tokens) for r in records if r.ok])
+        sized = sized or dict(tokens=tokens, words=words[side], tokens_per_word=per_word)
+    return sized
+
+
 def run_checks(params, module_warn=None):
     """Run warm-up and every level; returns the result dict (no exit)."""
     target = Target(params["base_url"], params["endpoint"], params["api_key"], params["validate_certs"])
@@ -563,8 +580,7 @@ def run_checks(params, module_warn=None):
     rng = make_rng(params["seed"])
     fixed_prompt = params["prompt"]
     prompt_tokens = params["prompt_tokens"] or 32
-    # Per side (a peer may tokenize otherwise): random prompts of prompt_tokens words until the warm-up's usage says
-    # how many words make prompt_tokens tokens there.
+    # Per side (a peer may tokenize otherwise): as many random words as make prompt_tokens tokens there (size_prompts).
     words = [prompt_tokens, prompt_tokens]
 
     def body_for(side, name):
@@ -574,23 +590,22 @@ def run_checks(params, module_warn=None):
                               params["extra_body"])
         return body_fn
 
-    sides = [(target, body_for(0, model))] + ([(peer_target, body_for(1, peer_model))] if peer else [])
+    served = [(target, model)] + ([(peer_target, peer_model)] if peer else [])
+    sides = [(side_target, body_for(side, name)) for side, (side_target, name) in enumerate(served)]
     result = dict(model=model, endpoint=target.path, event_loop=loop_name(), levels=[], failures=[],
                   metrics_available=False, skipped_load=False)
     peer_levels = []
     repeats = Repeats(params["min_repeats"], params["max_repeats"], params["target_ci_rel"], params["repeat_budget_s"])
     loop = new_event_loop()
     try:
+        if fixed_prompt is None:
+            result["prompt"] = size_prompts(loop, served, words, params)
         if params["warmup_requests"]:
             spec = LoadSpec(1, requests=params["warmup_requests"], timeout_s=params["timeout_s"],
                             keep_chunk_times=False)
             recs = []
-            for side, (side_target, body_fn) in enumerate(sides):
-                side_recs = loop.run_until_complete(run_level(side_target, spec, body_fn, loop))[0]
-                recs.extend(side_recs)
-                if fixed_prompt is None:
-                    words[side], per_word = words_for_tokens(prompt_tokens, [(words[side], r.prompt_tokens) for r in side_recs if r.ok])
-                    result.setdefault("prompt", dict(tokens=prompt_tokens, words=words[side], tokens_per_word=per_word))
+            for side_target, body_fn in sides:
+                recs.extend(loop.run_until_complete(run_level(side_target, spec, body_fn, loop))[0])
             result["warmup"] = dict(completed=sum(1 for r in recs if r.ok), failed=sum(1 for r in recs if not r.ok))
         # The peer may be the same server: its counter would count both sides.
         want_metrics = params["check_metrics"] and not peer
