@@ -100,11 +100,26 @@ def stream_server():
 def pivot_playbook():
     """A function of an inventory directory that runs playbooks/pivot.yml with it, as users do (the CLI, -e)."""
     def runner(inventory):
-        def run(*extra: str) -> subprocess.CompletedProcess:
-            env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-            result = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inventory),
-                                     os.path.join(REPO, "playbooks", "pivot.yml"), *extra],
-                                    capture_output=True, text=True, env=env, cwd=REPO, check=False)
+        def run(*extra: str, at_task=None) -> subprocess.CompletedProcess:
+            """at_task: (part of a task's name, a function): called once, as the first task so named starts (a load that
+            only needs to be there from that step on costs the box's CPU only from then)."""
+            env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                       PYTHONUNBUFFERED="1")
+            argv = [os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inventory),
+                    os.path.join(REPO, "playbooks", "pivot.yml"), *extra]
+            if at_task is None:
+                result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, check=False)
+            else:
+                name, act = at_task
+                lines = []
+                with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                      cwd=REPO) as proc:
+                    for line in proc.stdout:
+                        lines.append(line)
+                        if name and line.startswith("TASK [") and name in line:
+                            act()
+                            name = None
+                result = subprocess.CompletedProcess(argv, proc.returncode, "".join(lines), "")
             if os.environ.get("PIVOT_LOG_DIR"):  # every run's whole output, for a failure whose cause scrolled away
                 os.makedirs(os.environ["PIVOT_LOG_DIR"], exist_ok=True)
                 name = "%s-%03d.log" % (os.path.basename(str(inventory)), len(os.listdir(os.environ["PIVOT_LOG_DIR"])))

@@ -407,6 +407,10 @@ def test_real_vllm_sweep_store_fetch_and_vllm_bench(vllm_server, machine_invento
         sent = {lv["concurrency"]: lv["requests"] for lv in rec["levels"]}
         assert all(lv["output_tok_s"] > 0 and lv["completed"] == sent[lv["concurrency"]] >= 8 for lv in bench["levels"]), (
             bench["levels"], sent)
+        # The same request shape on both sides: vllm bench serve's random prompts are 16 tokens (one more or less when
+        # its token ids decode and encode again otherwise).
+        assert all(abs(lv["prompt_tokens"] - 16 * lv["completed"]) <= lv["completed"] for lv in bench["levels"]), \
+            [(lv["prompt_tokens"], lv["completed"]) for lv in bench["levels"]]
         # vllm bench serve got the key in its environment (from the 0600 file), not on its command line
         assert any("bench serve" in command for command in watch.environ_hits), watch.environ_hits
     else:

@@ -30,20 +30,6 @@ def requests():
     return sorted((dict(zip(data["columns"], row)) for row in data["rows"]), key=lambda r: r["start"])
 
 
-def failure_windows(rows, gap_s=10.0):
-    """Runs of failed requests (a pivot's closed gateway), each with its count and the statuses seen."""
-    windows = []
-    for row in rows:
-        if row["ok"]:
-            continue
-        if windows and row["start"] - windows[-1]["last"] < gap_s:
-            windows[-1].update(last=row["end"], failed=windows[-1]["failed"] + 1)
-            windows[-1]["statuses"].add(row["status"])
-        else:
-            windows.append({"first": row["start"], "last": row["end"], "failed": 1, "statuses": {row["status"]}})
-    return windows
-
-
 def first_ok_after(rows, t):
     return min(r["end"] for r in rows if r["ok"] and r["start"] >= t) - t
 
@@ -65,18 +51,48 @@ def test_rollback_by_wake_answers_through_the_gateway_in_seconds_where_a_restart
     assert by_wake["rollback"]["seconds"] < 10 < 60 < by_restart["rollback"]["seconds"]
 
 
+def recorded_windows():
+    """(name, closed, opened) of every pivot after the client started, in order, from the pivot records: the gateway's
+    closed and reopened times where the record has them; a rolled-back record has only the rollback's serving_at, so
+    its window opens after the window before it (or the first pivot's reopening) and closes no later than that."""
+    phases = ("sgatefail", "rgatefail", "sleep", "wakeback", "reloadback")
+    rolled_back = dict(zip(("sgatefail", "rgatefail"), (RECORDS[name] for name in ROLLED_BACK)))
+    windows, after = [], RECORDS["pivot-sfirst-record.json"]["gateway_opened_at"]
+    for phase in phases:
+        if phase in rolled_back:
+            windows.append((phase, after, rolled_back[phase]["rollback"]["serving_at"]))
+        else:
+            record = RECORDS["pivot-%s-record.json" % phase]
+            windows.append((phase, record["gateway_closed_at"], record["gateway_opened_at"]))
+        after = windows[-1][2]
+    return windows
+
+
 def test_the_client_failed_only_with_503_and_retry_after_inside_the_closed_windows():
     rows = requests()
-    windows = failure_windows(rows)
-    # One window per pivot after the client started: sgatefail, rgatefail, sleep, wakeback, reloadback.
-    assert len(windows) == 5 and all(w["statuses"] == {503} for w in windows)
-    failed = [w["failed"] for w in windows]
-    seconds = [w["last"] - w["first"] for w in windows]
+    failed_rows = [r for r in rows if not r["ok"]]
+    assert len(failed_rows) == json.loads(text("client.json"))["failed"] == 3307
+    # Each failure is the gateway's 503 with Retry-After (gateway_retry_after_s 5), inside a window the records give.
+    assert all(r["status"] == 503 and r["retry_after"] == "5" for r in failed_rows), \
+        [r for r in failed_rows if r["status"] != 503 or r["retry_after"] != "5"][:3]
+    windows = recorded_windows()
+    inside, outside = {name: [] for name, _c, _o in windows}, []
+    for row in failed_rows:
+        name = next((name for name, closed, opened in windows if closed - 0.5 <= row["start"] and row["end"] <= opened + 1.0),
+                    None)
+        (inside[name] if name else outside).append(row)
+    assert outside == [] and all(inside.values()), (outside[:3], {name: len(rs) for name, rs in inside.items()})
+    # The client saw as closed what the records say was closed: its failures span all but a second or two at each end
+    # of each recorded window (the first 503 after the close, the last before the reload that reopens the slot).
+    for name, closed, opened in windows[2:]:
+        span = max(r["end"] for r in inside[name]) - min(r["start"] for r in inside[name])
+        assert opened - closed - 4 <= span <= opened - closed + 1, (name, span, opened - closed)
+    failed = [len(inside[name]) for name, _c, _o in windows]
+    seconds = [opened - closed for _name, closed, opened in windows]
     # Pivot back by wake closes the slot for less than half as long as the reload, and fails fewer than half the requests.
     assert seconds[3] * 2 < seconds[4] and failed[3] * 2 < failed[4], (seconds, failed)
-    # Rolling back by wake closes it for less time than rolling back by restart, the new model's load included.
-    assert seconds[0] < seconds[1] and failed[0] < failed[1]
-    assert sum(failed) == json.loads(text("client.json"))["failed"]
+    # Rolling back by wake fails fewer requests than rolling back by restart, the new model's load included.
+    assert failed[0] < failed[1], failed
 
 
 def test_pivot_back_by_wake_against_by_reload():
