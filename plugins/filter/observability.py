@@ -10,10 +10,10 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.host_slots import Sl
 
 
 def prometheus_targets(slots, host, address, gateway_metrics_port=None, node_exporter_port=None, engine_versions=None,
-                       locks=None, extra_labels=None):
+                       locks=None, extra_labels=None, gateway_tls=False):
     try:
         return _obs.target_groups(host, address, slots, gateway_metrics_port or None, node_exporter_port or None,
-                                  engine_versions, locks, extra_labels)
+                                  engine_versions, locks, extra_labels, bool(gateway_tls))
     except _obs.ObservabilityError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -10,6 +10,7 @@ Pure functions of their inputs (no clock, no I/O), so a re-run that finds nothin
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 
@@ -85,14 +86,25 @@ def _port(value, variable):
     return port
 
 
+def host_port(address, port):
+    """address:port as a target; an IPv6 literal in brackets ([2001:db8::1]:8405), as Prometheus parses it."""
+    bare = address[1:-1] if address.startswith('[') and address.endswith(']') else address
+    try:
+        literal = ipaddress.ip_address(bare)
+    except ValueError:
+        return '%s:%d' % (address, port)
+    return ('[%s]:%d' if literal.version == 6 else '%s:%d') % (literal.compressed, port)
+
+
 def target_groups(host, address, slots, gateway_metrics_port=None, node_exporter_port=None, engine_versions=None,
-                  locks=None, extra_labels=None):
+                  locks=None, extra_labels=None, gateway_tls=False):
     """The file_sd target groups of one host.
 
     A slot behind the gateway is scraped through the gateway's metrics listener (its vLLM listens on loopback only),
     at /slot/<name>/metrics; a slot without a gateway at its own port. Every group carries the slot's labels, so
     every series of a slot's vLLM says which model, alias, revision and GPUs it serves; a pivot rewrites the file and
-    the next scrape has the new labels.
+    the next scrape has the new labels. gateway_tls: the gateway's listeners serve TLS (gateway_tls_cert_file), so its
+    targets say __scheme__ https.
     """
     targets_file_name(host)
     if not isinstance(address, str) or not ADDRESS_RE.match(address):
@@ -100,6 +112,7 @@ def target_groups(host, address, slots, gateway_metrics_port=None, node_exporter
                                  % json.dumps(address))
     extra = check_extra_labels(extra_labels)
     versions = engine_versions or {}
+    scheme = {'__scheme__': 'https'} if gateway_tls else {}
     groups = []
     gateway_used = False
     for name, record in sorted((slots or {}).items()):
@@ -109,12 +122,12 @@ def target_groups(host, address, slots, gateway_metrics_port=None, node_exporter
             if not gateway_metrics_port:
                 continue
             gateway_used = True
-            target = '%s:%d' % (address, _port(gateway_metrics_port, 'gateway_metrics_port'))
+            target = host_port(address, _port(gateway_metrics_port, 'gateway_metrics_port'))
             path = SLOT_METRICS_PATH % name
         else:
-            target = '%s:%d' % (address, _port(record['port'], 'slot %s port' % name))
+            target = host_port(address, _port(record['port'], 'slot %s port' % name))
             path = '/metrics'
-        labels = dict(extra)
+        labels = dict(extra, **scheme) if slot_gateway(record) else dict(extra)
         labels.update({
             'job': JOB_VLLM, '__metrics_path__': path, 'host': host, 'slot': name, 'model': str(record['model']),
             'alias': str(record.get('alias') or ''), 'revision': str(record.get('revision') or ''),
@@ -123,11 +136,11 @@ def target_groups(host, address, slots, gateway_metrics_port=None, node_exporter
             'revision_locked': revision_locked(record['model'], record.get('revision'), locks)})
         groups.append({'targets': [target], 'labels': labels})
     if gateway_used:
-        labels = dict(extra, job=JOB_GATEWAY, host=host, __metrics_path__=GATEWAY_METRICS_PATH)
-        groups.append({'targets': ['%s:%d' % (address, int(gateway_metrics_port))], 'labels': labels})
+        labels = dict(extra, job=JOB_GATEWAY, host=host, __metrics_path__=GATEWAY_METRICS_PATH, **scheme)
+        groups.append({'targets': [host_port(address, int(gateway_metrics_port))], 'labels': labels})
     if node_exporter_port:
         labels = dict(extra, job=JOB_NODE, host=host)
-        groups.append({'targets': ['%s:%d' % (address, _port(node_exporter_port, 'observability_node_exporter_port'))],
+        groups.append({'targets': [host_port(address, _port(node_exporter_port, 'observability_node_exporter_port'))],
                        'labels': labels})
     return groups
 

@@ -70,6 +70,23 @@ def test_a_slot_behind_the_gateway_is_scraped_through_its_metrics_listener_with_
     assert filters.prometheus_targets_file("gpu-01.lab") == "llmfleet-gpu-01.lab.json"
 
 
+def test_a_tls_gateway_is_scraped_over_https_and_an_ipv6_address_in_brackets():
+    """Issue 46 item 3 (docs/observability.md, limits): a gateway with gateway_tls_cert_file serves its metrics listener
+    over TLS, so what is scraped through it says __scheme__ https (a slot on its own port and node_exporter do not); an
+    IPv6 address is a target in brackets, as Prometheus parses host:port."""
+    groups = filters.prometheus_targets(SLOTS, "gpu-01", "2001:db8::11", 8405, 9100, None, None, None, True)
+    by_job = {(g["labels"]["job"], g["labels"].get("slot")): g for g in groups}
+    assert {key: (g["targets"], g["labels"].get("__scheme__")) for key, g in by_job.items()} == {
+        ("llmfleet_vllm", "default"): (["[2001:db8::11]:8405"], "https"),
+        ("llmfleet_vllm", "batch"): (["[2001:db8::11]:8010"], None),
+        ("llmfleet_gateway", None): (["[2001:db8::11]:8405"], "https"),
+        ("llmfleet_node", None): (["[2001:db8::11]:9100"], None)}
+    # Given in brackets already, or as an IPv4 address or a name: as it is.
+    assert filters.prometheus_targets(SLOTS, "gpu-01", "[2001:db8::11]")[0]["targets"] == ["[2001:db8::11]:8010"]
+    assert filters.prometheus_targets(SLOTS, "gpu-01", "gpu-01.lab")[0]["targets"] == ["gpu-01.lab:8010"]
+    assert "__scheme__" not in str(filters.prometheus_targets(SLOTS, "gpu-01", "10.0.0.11", 8405, 9100))
+
+
 @pytest.mark.parametrize("labels, message", [
     ({"slot": "x"}, "observability_target_labels: the label slot clashes with a label the collection sets"),
     ({"job": "x"}, "the label job clashes"),
