@@ -46,9 +46,17 @@ def random_prompt(rng, words):
     return " ".join(rng.choice(_WORDS) for _i in range(n))
 
 
+def vocabulary_prompts(max_words):
+    """Every word random_prompt draws from, once, in prompts of at most ``max_words`` words: what the server's tokenizer
+    makes of them is the mean size of a random word exactly, where one random prompt's size is a sample of it."""
+    size = max(1, int(max_words))
+    return [" ".join(_WORDS[i:i + size]) for i in range(0, len(_WORDS), size)]
+
+
 def words_for_tokens(tokens, samples):
     """(words, tokens per word): how many random words make a prompt of about ``tokens`` tokens of the server's tokenizer,
-    from (words sent, prompt tokens the server's usage counted) of requests it answered; (tokens, None) without any.
+    from (words sent, prompt tokens the server's usage counted) of requests it answered (vocabulary_prompts); (tokens,
+    None) without any.
     vLLM bench serve's random prompts are exact token counts: a prompt of words sized as tokens was 1.9 times as long
     on the test models' tokenizer, and the server's figures followed the longer prompts (docs/benchmarks.md)."""
     counted = [(int(words), int(used)) for words, used in samples if words > 0 and used > 0]

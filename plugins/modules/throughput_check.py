@@ -68,7 +68,7 @@ options:
     description:
       - Length in tokens of random-word prompts, a different prompt per request (seeded by O(seed)). Used when
         O(prompt) is not set; default V(32).
-      - A word is one token or more, by the server's tokenizer: one request sizes the prompts first (RV(prompt)).
+      - A word is one token or more, by the server's tokenizer; the prompts are sized first (RV(prompt)).
     type: int
   max_tokens:
     description: Output tokens per request (C(max_tokens)).
@@ -284,13 +284,14 @@ warmup:
   sample: {completed: 1, failed: 0}
 prompt:
   description:
-    - The random prompts' size. Before the warm-up, one request of O(prompt_tokens) words and one output token asks the
-      server how many tokens its tokenizer makes of them (its usage); every later request sends as many words as make
-      O(prompt_tokens) tokens there (vLLM bench serve's random prompts are exact token counts).
+    - The random prompts' size. Before the warm-up, every word the prompts draw from goes to the server once, in
+      prompts of at most O(prompt_tokens) words with one output token each (C(sizing_requests)); from its usage, every
+      later request sends as many words as make O(prompt_tokens) tokens of its tokenizer (vLLM bench serve's random
+      prompts are exact token counts).
     - C(tokens_per_word) is null when the server sent no usage; the prompts are then O(prompt_tokens) words.
   returned: when the prompts are random (O(prompt) not set), unless skipped in check mode
   type: dict
-  sample: {tokens: 128, words: 68, tokens_per_word: 1.89}
+  sample: {tokens: 128, words: 68, tokens_per_word: 1.89, sizing_requests: 1}
 levels:
   description: Per concurrency level measurements (times in seconds).
   returned: always
@@ -459,6 +460,7 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_workload imp
     build_body,
     make_rng,
     random_prompt,
+    vocabulary_prompts,
     words_for_tokens,
 )
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_gate import (
@@ -551,19 +553,20 @@ def measured_level(concurrency, records, busy_s, samples, ci, params):
 
 
 def size_prompts(loop, served, words, params):
-    """One request per side (one output token, prompts of their own seed): how many tokens the server's tokenizer makes of
-    prompt_tokens random words, from its usage; words[side] becomes as many words as make prompt_tokens tokens there."""
+    """Every word the random prompts draw from, in prompts of at most prompt_tokens words, one output token each, to each
+    side: from the usage, how many tokens the server's tokenizer makes of a random word; words[side] becomes as many
+    words as make prompt_tokens tokens there."""
     tokens = params["prompt_tokens"] or 32
-    rng = make_rng(params["seed"] + 7919)
-    spec = LoadSpec(1, requests=1, timeout_s=params["timeout_s"], keep_chunk_times=False)
+    prompts = vocabulary_prompts(tokens)
+    spec = LoadSpec(1, requests=len(prompts), timeout_s=params["timeout_s"], keep_chunk_times=False)
     sized = None
     for side, (side_target, model) in enumerate(served):
-        def probe(_i, model=model):
-            return build_body(model, params["endpoint"], random_prompt(rng, tokens), 1, params["ignore_eos"],
-                              params["extra_body"])
+        def probe(i, model=model):
+            return build_body(model, params["endpoint"], prompts[i], 1, params["ignore_eos"], params["extra_body"])
         records = loop.run_until_complete(run_level(side_target, spec, probe, loop))[0]
-        words[side], per_word = words_for_tokens(tokens, [(tokens, r.prompt_tokens) for r in records if r.ok])
-        sized = sized or dict(tokens=tokens, words=words[side], tokens_per_word=per_word)
+        words[side], per_word = words_for_tokens(tokens, [(len(prompts[i].split()), r.prompt_tokens)
+                                                          for i, r in enumerate(records) if r.ok])
+        sized = sized or dict(tokens=tokens, words=words[side], tokens_per_word=per_word, sizing_requests=len(prompts))
     return sized
 
 

@@ -16,6 +16,10 @@ import sys
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import bench_stats
+from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_workload import vocabulary_prompts
+
+# The requests that size the random prompts (every word once, in prompts of at most prompt_tokens words; default 32).
+SIZING = len(vocabulary_prompts(32))
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
@@ -77,9 +81,9 @@ def test_passes_and_counts_match_server(stream_server, tmp_path):
         assert lv["ttft_s"]["p50"] <= lv["ttft_s"]["p99"]
     saved = json.loads(results.read_text())
     assert saved["levels"][2]["output_tokens"] == 64 * 32
-    # One request sized the prompts (this fixture counts a word as a token), two warmed up, then the levels.
-    assert r["prompt"] == {"tokens": 32, "words": 32, "tokens_per_word": 1.0}
-    assert srv.metric("fixture_posts_total") == 1 + 2 + 3 * 64
+    # SIZING requests sized the prompts (this fixture counts a word as a token), two warmed up, then the levels.
+    assert r["prompt"] == {"tokens": 32, "words": 32, "tokens_per_word": 1.0, "sizing_requests": SIZING}
+    assert srv.metric("fixture_posts_total") == SIZING + 2 + 3 * 64
 
 
 def test_prompts_are_sized_in_the_servers_tokens(stream_server, tmp_path):
@@ -89,13 +93,14 @@ def test_prompts_are_sized_in_the_servers_tokens(stream_server, tmp_path):
     rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "concurrency": [4], "requests_per_level": 8,
                                        "max_tokens": 4, "prompt_tokens": 40, "warmup_requests": 1})
     assert rc == 0, out
-    assert r["prompt"] == {"tokens": 40, "words": 20, "tokens_per_word": 2.0}, r["prompt"]
-    # The sizing request's 40 words, then the warm-up's and the level's 20 words each: 40 tokens a request.
-    assert srv.metric("vllm:prompt_tokens_total") == 2 * 40 + 40 * (1 + 8) and r["levels"][0]["prompt_tokens"] == 8 * 40
+    words = sum(len(p.split()) for p in vocabulary_prompts(40))
+    assert r["prompt"] == {"tokens": 40, "words": 20, "tokens_per_word": 2.0, "sizing_requests": 3}, r["prompt"]
+    # Every word once (3 prompts of at most 40 words), then the warm-up's and the level's 20 words each: 40 tokens each.
+    assert srv.metric("vllm:prompt_tokens_total") == 2 * words + 40 * (1 + 8) and r["levels"][0]["prompt_tokens"] == 8 * 40
     mute = stream_server("--prompt-tokens-per-word", "2", "--no-usage")
     rc, r, out = run_module(tmp_path, {"base_url": mute.base_url, "concurrency": [2], "requests_per_level": 2,
                                        "max_tokens": 4, "prompt_tokens": 40, "warmup_requests": 0})
-    assert rc == 0 and r["prompt"] == {"tokens": 40, "words": 40, "tokens_per_word": None}, (out, r.get("prompt"))
+    assert rc == 0 and r["prompt"]["words"] == 40 and r["prompt"]["tokens_per_word"] is None, (out, r.get("prompt"))
 
 
 def test_chat_endpoint_without_usage_counts_chunks(stream_server, tmp_path):
@@ -278,7 +283,7 @@ def test_rounds_until_the_interval_is_narrow_enough(stream_server, tmp_path):
         assert lv["requests"] == 8 * rounds and lv["output_tokens"] == 8 * rounds * 16  # the level pools its rounds
         assert lv["server_generation_tokens"] == 8 * rounds * 16
         assert lv["goodput"] is None
-    assert srv.metric("fixture_posts_total") == 1 + sum(lv["requests"] for lv in r["levels"])  # 1: the prompts' sizing
+    assert srv.metric("fixture_posts_total") == SIZING + sum(lv["requests"] for lv in r["levels"])
     assert "± " in r["msg"] and re.search(r"\((\d+) rounds\)", r["msg"])
 
 
@@ -302,8 +307,8 @@ def test_interleaved_rounds_cancel_the_drift_that_back_to_back_runs_read_as_a_di
     difference; a peer that really is slower is called so, and each server gets exactly its own rounds."""
     common = {"concurrency": [2], "requests_per_level": 8, "max_tokens": 16, "warmup_requests": 0, "min_repeats": 4,
               "max_repeats": 4}
-    # The slowdown comes after the first run's 32 requests and the request that sized its prompts.
-    drifting = stream_server("--token-delay", "0.003", "--slow-after", "33", "--slow-factor", "4")
+    # The slowdown comes after the first run's 32 requests and those that sized its prompts.
+    drifting = stream_server("--token-delay", "0.003", "--slow-after", str(SIZING + 32), "--slow-factor", "4")
     runs = []
     for _run in range(2):
         rc, r, out = run_module(tmp_path, dict(common, base_url=drifting.base_url))
@@ -311,8 +316,8 @@ def test_interleaved_rounds_cancel_the_drift_that_back_to_back_runs_read_as_a_di
         runs.append(r["levels"][0]["output_tok_s_ci"])
     assert bench_stats.compare(runs[1], runs[0]) == "slower", runs
 
-    # ... and here after each side's sizing request and the first two rounds of each.
-    drifting = stream_server("--token-delay", "0.003", "--slow-after", "34", "--slow-factor", "4")
+    # ... and here after each side's sizing and the first two rounds of each.
+    drifting = stream_server("--token-delay", "0.003", "--slow-after", str(2 * SIZING + 32), "--slow-factor", "4")
     rc, r, out = run_module(tmp_path, dict(common, base_url=drifting.base_url, peer={"base_url": drifting.base_url}))
     assert rc == 0, out
     a, b = r["levels"][0], r["peer"]["levels"][0]
@@ -324,7 +329,7 @@ def test_interleaved_rounds_cancel_the_drift_that_back_to_back_runs_read_as_a_di
     assert [s["output_tok_s"] > b["output_tok_s_ci"]["mean"] for s in b["samples"]] == [True, True, False, False], b["samples"]
     assert bench_stats.compare(a["output_tok_s_ci"], b["output_tok_s_ci"]) == bench_stats.NO_DIFFERENCE, (a, b)
     assert r["levels"][0]["server_generation_tokens"] is None  # one server behind both sides: no counter check
-    assert drifting.metric("fixture_posts_total") == 2 + 64
+    assert drifting.metric("fixture_posts_total") == 2 * SIZING + 64
 
     fast, slow = stream_server("--token-delay", "0.002"), stream_server("--token-delay", "0.008", "--model-name", "peer-model")
     rc, r, out = run_module(tmp_path, dict(common, base_url=fast.base_url, peer={"base_url": slow.base_url + "/v1"},
@@ -332,7 +337,7 @@ def test_interleaved_rounds_cancel_the_drift_that_back_to_back_runs_read_as_a_di
     assert rc == 0, out
     assert r["peer"]["model"] == "peer-model" and r["peer"]["base_url"] == slow.base_url + "/v1"
     assert bench_stats.compare(r["levels"][0]["output_tok_s_ci"], r["peer"]["levels"][0]["output_tok_s_ci"]) == "faster", r
-    assert fast.metric("fixture_posts_total") == slow.metric("fixture_posts_total") == 1 + 1 + 32  # sizing, warm-up
+    assert fast.metric("fixture_posts_total") == slow.metric("fixture_posts_total") == SIZING + 1 + 32  # and the warm-up
     assert "interleaved with peer-model" in r["msg"], r["msg"]
 
 
@@ -355,7 +360,7 @@ def test_interleaved_rounds_end_after_whole_abba_blocks(stream_server, tmp_path,
     sides = [("A", r["levels"][0])] + ([("B", r["peer"]["levels"][0])] if peer else [])
     starts = sorted((sample["start_s"], name) for name, level in sides for sample in level["samples"])
     assert "".join(name for _start, name in starts) == order, starts
-    assert srv.metric("fixture_posts_total") == 4 * len(order) + len(sides)  # and each side's sizing request
+    assert srv.metric("fixture_posts_total") == 4 * len(order) + SIZING * len(sides)  # and each side's sizing
 
 
 def test_goodput_counts_the_requests_within_the_slos(stream_server, tmp_path):
