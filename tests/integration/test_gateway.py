@@ -474,6 +474,7 @@ def test_prometheus_follows_the_pivot_through_the_generated_targets(pivot):
     checked = _observability_playbook(pivot)
     assert checked.returncode == 0, checked.stdout[-6000:]
     assert "changed=0" in checked.stdout.split("PLAY RECAP")[-1], checked.stdout[-4000:]
+    _an_unreachable_prometheus_host_is_named_not_the_hosts_failure(pivot)
     removed = _observability_playbook(pivot, "-e", json.dumps({"observability_contract_extra": [
         {"metric": "vllm:time_per_output_token_seconds_bucket", "used_by": ["dashboard mine panel TPOT"]}]}))
     assert removed.returncode != 0, removed.stdout[-4000:]
@@ -481,6 +482,28 @@ def test_prometheus_follows_the_pivot_through_the_generated_targets(pivot):
             " alert rules use:\\n- vllm:time_per_output_token_seconds_bucket, used by dashboard mine panel TPOT") \
         in removed.stdout, removed.stdout[-4000:]
     _gpu_timer_feeds_the_gpu_panels(pivot)
+
+
+def _an_unreachable_prometheus_host_is_named_not_the_hosts_failure(pivot):
+    """Issue 46 item 3: a Prometheus host that cannot be reached is refused by name before anything is written (not the
+    served host marked unreachable); gone by the time a pivot publishes, it is a warning and the run goes on."""
+    refused = _observability_playbook(pivot, "-e", "observability_prometheus_host=prom.invalid")
+    recap = refused.stdout.split("PLAY RECAP")[-1]
+    assert refused.returncode != 0 and "observability_prometheus_host prom.invalid cannot be reached" in refused.stdout, \
+        refused.stdout[-4000:]
+    assert re.search(MACHINE + r" +: ok=\d+ +changed=0 +unreachable=0 +failed=1", recap), recap
+    play = pivot.results.parent / "publish-only.yml"
+    play.write_text(json.dumps([{
+        "hosts": MACHINE, "become": True, "gather_facts": False,
+        "vars_files": [os.path.join(REPO, "playbooks", "vars", "run_defaults.yml")],
+        "vars": {"observability_state_dir": "{{ llmfleet__state_dir }}", "observability_results_dir": str(pivot.results)},
+        "tasks": [{"ansible.builtin.include_role": {"name": "llmfleet.vllm.observability", "tasks_from": "publish"}},
+                  {"ansible.builtin.debug": {"msg": "the play went on"}}]}]))
+    published = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(pivot.inventory), str(play),
+                                "-e", "observability_prometheus_host=prom.invalid"],
+                               capture_output=True, text=True, cwd=REPO, check=False, timeout=600)
+    assert published.returncode == 0 and "the play went on" in published.stdout, published.stdout[-4000:]
+    assert "WARNING: observability_prometheus_host prom.invalid could not be reached" in published.stdout, published.stdout[-4000:]
 
 
 def _gpu_timer_feeds_the_gpu_panels(pivot):
