@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.file_hashing import (
@@ -30,6 +31,27 @@ INDEX_SUFFIX = ".safetensors.index.json"
 # "a|b" means any one of them will do.
 DEFAULT_REQUIRED_FILES = ("config.json", "tokenizer_config.json|tokenizer.json|tokenizer.model")
 MIB = 1024 * 1024
+
+
+# Where files are moved aside in a model directory (under .cache/, which verification skips): nothing is deleted.
+QUARANTINE_RELDIR = ".cache/llmfleet/quarantine"  # failed verification; fetched or copied again
+EXTRA_RELDIR = ".cache/llmfleet/extra"  # not in the manifest: a loader may pick a file up by its presence
+
+
+def move_aside(model_dir, paths, reldir):
+    """Move each of ``paths`` (relative to model_dir) to model_dir/reldir/<path>, a numbered name (``.~N~``) when one of
+    that name is there already; returns the paths moved."""
+    moved = []
+    for path in paths:
+        target = os.path.join(model_dir, reldir, path)
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        candidate, number = target, 0
+        while os.path.lexists(candidate):
+            number += 1
+            candidate = "%s.~%d~" % (target, number)
+        shutil.move(os.path.join(model_dir, path), candidate)
+        moved.append(path)
+    return moved
 
 
 class VerifyError(Exception):

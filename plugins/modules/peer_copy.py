@@ -158,6 +158,13 @@ quarantined:
   returned: always
   type: list
   elements: str
+set_aside:
+  description:
+    - Files of the verified directory that its manifest does not list (left by an earlier run or by hand), moved to
+      C(.cache/llmfleet/extra/) so that the directory holds exactly the manifest's files; nothing is deleted.
+  returned: always
+  type: list
+  elements: str
 bytes_by_source:
   description: "{source: bytes} of file bytes each source sent."
   returned: always
@@ -179,7 +186,6 @@ msg:
 import errno
 import fcntl
 import os
-import shutil
 import subprocess
 import time
 
@@ -188,13 +194,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmfleet.vllm.plugins.module_utils.hash_ledger import Ledger
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import (
     MANIFEST_FILENAME, ManifestError, list_model_files, validate_manifest, write_manifest)
-from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import VerifyError, verify_model_dir
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import (
+    EXTRA_RELDIR, QUARANTINE_RELDIR, VerifyError, move_aside, verify_model_dir)
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import ORIGINALS_RELDIR
 from ansible_collections.llmfleet.vllm.plugins.module_utils.peer_seeding import (
     PARTIAL_DIR, SeedError, copy_list, finished_files, parse_stats, rsync_argv)
 from ansible_collections.llmfleet.vllm.plugins.module_utils.pipelined_hashing import PipelinedHasher
 
-QUARANTINE = ".cache/llmfleet/quarantine"
 SEED_STATE = ".cache/llmfleet/seed"
 
 
@@ -235,18 +241,6 @@ def lock_dir(dest):
     return handle
 
 
-def quarantine(dest, paths):
-    """Move ``paths`` to the quarantine (a numbered name when one of that name is there already)."""
-    for path in paths:
-        target = os.path.join(dest, QUARANTINE, path)
-        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-        candidate, number = target, 0
-        while os.path.lexists(candidate):
-            number += 1
-            candidate = "%s.~%d~" % (target, number)
-        shutil.move(os.path.join(dest, path), candidate)
-
-
 def _summary(verify):
     return dict((k, v) for k, v in verify.items() if k not in ("files", "failed"))
 
@@ -262,7 +256,7 @@ def copy_from_peers(params, run=subprocess.run):
     lock = lock_dir(dest)
     if lock is None:
         return {"changed": False, "verified": False, "source": None, "bad_sources": {}, "bytes_by_source": {},
-                "quarantined": [], "seconds": 0.0, "verify": None,
+                "quarantined": [], "set_aside": [], "seconds": 0.0, "verify": None,
                 "attempts": [{"source": s["name"], "result": "failed", "rc": None, "bytes": 0, "bytes_matched": 0,
                               "files": [], "bad_files": [], "seconds": 0.0,
                               "error": "another copy into %s is still running" % dest} for s in params["sources"][:1]],
@@ -315,7 +309,7 @@ def _copy_locked(params, dest, manifest, started, run):
             attempt["result"], verified, source_done = "verified", True, source["name"]
             break
         wrong = [path for path in verify["bad"] if path not in verify["missing"]]
-        quarantine(dest, wrong)
+        move_aside(dest, wrong, QUARANTINE_RELDIR)
         for path in wrong:
             sender = brought_by.pop(path, None)
             if sender is not None:
@@ -333,8 +327,11 @@ def _copy_locked(params, dest, manifest, started, run):
         verify = verify_model_dir(dest, mode="full", manifest_path=check_manifest, ledger=ledger)
         verified = not verify["failed"]
         quarantined = [path for path in verify["bad"] if path not in verify["missing"]]
-        quarantine(dest, quarantined)
+        move_aside(dest, quarantined, QUARANTINE_RELDIR)
+    set_aside = []
     if verified:
+        # The directory holds exactly the manifest's files: what an earlier run or a hand left beside them goes aside.
+        set_aside = move_aside(dest, verify["extra"], EXTRA_RELDIR)
         write_manifest(manifest, os.path.join(dest, MANIFEST_FILENAME))
     bytes_by_source = {}
     for attempt in attempts:
@@ -342,7 +339,7 @@ def _copy_locked(params, dest, manifest, started, run):
     tried = ", ".join("%s (%s)" % (a["source"], a["result"]) for a in attempts) or "no source"
     return {
         "changed": any(a["files"] for a in attempts) or bool(sum(bytes_by_source.values())) or bool(bad_sources)
-        or bool(quarantined), "quarantined": quarantined,
+        or bool(quarantined) or bool(set_aside), "quarantined": quarantined, "set_aside": set_aside,
         "verified": verified, "source": source_done, "attempts": attempts, "bad_sources": bad_sources,
         "bytes_by_source": bytes_by_source, "seconds": round(time.monotonic() - started, 3),
         "verify": _summary(verify) if verify else None,

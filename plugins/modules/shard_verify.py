@@ -19,7 +19,8 @@ description:
   - C(full) mode adds a hash of every file against the manifest, in parallel over files, sha256 where the
     manifest has one (LFS files), otherwise the git blob sha1. It needs a manifest.
   - The manifest format (C(.llmfleet-manifest.json)) is documented in the C(model_manifest) module_utils.
-  - Never changes anything; check mode runs the same checks.
+  - Changes nothing unless O(set_aside_extra) is set and there are extra files; check mode runs the same checks and says
+    what it would move.
 version_added: 0.1.0
 author:
   - llmfleet maintainers (@llmfleet)
@@ -54,6 +55,14 @@ options:
     description:
       - Fail when the directory holds files the manifest does not list (or, without a manifest,
         safetensors files no index names). They are always reported in RV(extra).
+    type: bool
+    default: false
+  set_aside_extra:
+    description:
+      - After a passed verification against a manifest, move the files the manifest does not list (RV(extra)) to
+        C(.cache/llmfleet/extra/) in O(path) (a numbered name when one is there), so that the directory holds exactly
+        the manifest's files; nothing is deleted. A loader may pick up a file such as C(chat_template.jinja) by its
+        presence alone.
     type: bool
     default: false
   ignore_patterns:
@@ -149,6 +158,11 @@ extra:
   returned: always
   type: list
   elements: str
+set_aside:
+  description: The RV(extra) files moved aside (O(set_aside_extra)), or that check mode would move.
+  returned: always
+  type: list
+  elements: str
 model_dir:
   description: The verified directory (O(path)).
   returned: always
@@ -199,7 +213,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.hash_ledger import Ledger
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import DEFAULT_IGNORE_PATTERNS
-from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import VerifyError, verify_model_dir
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import EXTRA_RELDIR, VerifyError, move_aside, verify_model_dir
 
 
 def main():
@@ -213,6 +227,7 @@ def main():
             fail_on_extra=dict(type="bool", default=False),
             ignore_patterns=dict(type="list", elements="str", default=list(DEFAULT_IGNORE_PATTERNS)),
             use_download_hashes=dict(type="bool", default=False),
+            set_aside_extra=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -229,8 +244,15 @@ def main():
         module.fail_json(msg=str(exc), changed=False)
     failed = result.pop("failed")
     if failed:
-        module.fail_json(changed=False, **result)
-    module.exit_json(changed=False, **result)
+        module.fail_json(changed=False, set_aside=[], **result)
+    # Only against a manifest: without one, an extra file is only a safetensors shard no index names.
+    extra = result["extra"] if params["set_aside_extra"] and result["manifest"] else []
+    if extra and not module.check_mode:
+        move_aside(params["path"], extra, EXTRA_RELDIR)
+    if extra:
+        result["msg"] += "; %s %d file(s) the manifest does not list to %s/: %s" % (
+            "would move" if module.check_mode else "moved", len(extra), EXTRA_RELDIR, ", ".join(extra))
+    module.exit_json(changed=bool(extra), set_aside=extra, **result)
 
 
 if __name__ == "__main__":

@@ -150,7 +150,16 @@ def test_download_idempotent_and_progress(play, hub):
     second = play(model_a("/srv/t-basic"))
     assert second.rc == 0 and second.changed == 0, second
     assert second.result["bytes_downloaded"] == 0 and second.result["verified"] is True
-    assert resolve_gets(hub) == []
+    assert resolve_gets(hub) == [] and second.result["set_aside"] == []
+    # Issue 43 item 1: a file the commit does not have (a chat template a loader would take by its presence) is moved
+    # to .cache/llmfleet/extra/ and said; the directory then holds exactly the manifest's files, and a re-run is quiet.
+    sh("echo '{{ 1 }}' > /srv/t-basic/tiny-llama-a/chat_template.jinja")
+    third = play(model_a("/srv/t-basic"))
+    assert third.rc == 0 and third.result["set_aside"] == ["chat_template.jinja"], third
+    assert sh("cat /srv/t-basic/tiny-llama-a/.cache/llmfleet/extra/chat_template.jinja; "
+              "test -e /srv/t-basic/tiny-llama-a/chat_template.jinja || echo gone").stdout.split() == ["{{", "1", "}}", "gone"]
+    fourth = play(model_a("/srv/t-basic"))
+    assert fourth.rc == 0 and fourth.changed == 0 and fourth.result["set_aside"] == [], fourth
     # Issue #27 item 11: a hub that cannot be reached (a port nothing listens on) is said to be unreachable, naming the
     # endpoint, the error and the commit the host holds - not reported as an unknown revision.
     with socket.socket() as sock:

@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import MANIFEST_FILENAME, load_manifest
-from ansible_collections.llmfleet.vllm.plugins.modules.peer_copy import QUARANTINE, copy_from_peers, lock_dir
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import EXTRA_RELDIR as EXTRA, QUARANTINE_RELDIR as QUARANTINE
+from ansible_collections.llmfleet.vllm.plugins.modules.peer_copy import copy_from_peers, lock_dir
 from model_builders import build_safetensors_model, flip_last_byte, shard_name
 
 FAKE_SSH_CODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rrsync_over_fake_ssh.py")
@@ -70,6 +71,14 @@ def test_a_copy_from_one_source_is_verified_and_hashed_as_it_lands(peers):
     assert load_manifest(os.path.join(peers["dest"], MANIFEST_FILENAME)) == peers["manifest"]
     again = copy_from_peers(params(peers, "10.0.0.1"))
     assert again["verified"] and not again["changed"] and again["bytes_by_source"] == {"gpu-1": 0}
+    assert result["set_aside"] == again["set_aside"] == []
+    # A file the manifest does not list, left in the directory (issue 43 item 1): set aside, not copied, not deleted.
+    with open(os.path.join(peers["dest"], "chat_template.jinja"), "w", encoding="utf-8") as handle:
+        handle.write("{{ 'left here' }}")
+    third = copy_from_peers(params(peers, "10.0.0.1"))
+    assert third["verified"] and third["changed"] and third["set_aside"] == ["chat_template.jinja"], third
+    assert not os.path.exists(os.path.join(peers["dest"], "chat_template.jinja"))
+    assert os.path.isfile(os.path.join(peers["dest"], EXTRA, "chat_template.jinja"))
 
 
 def test_an_unreachable_source_is_followed_by_the_next(peers):

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import MANIFEST_FILENAME
-from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import VerifyError, verify_model_dir
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import EXTRA_RELDIR, VerifyError, move_aside, verify_model_dir
 from model_builders import (
     add_unknown_shard, build_gguf_model, build_safetensors_model, corrupt_header_json, flip_last_byte,
     header_length_past_eof, index_names_missing_file, shard_name, truncate, write_hub_manifest)
@@ -92,6 +92,25 @@ def test_extra_unknown_shard_reported_and_fails_when_asked(model):
     assert result["extra"] == [name] and not result["failed"]
     result = verify_model_dir(model, fail_on_extra=True)
     assert result["failed"] and name in result["msg"]
+
+
+def test_extra_files_moved_aside_leave_exactly_the_manifests_files(model):
+    """Issue 43 item 1: a chat template beside the manifest's files (a loader takes it by its presence) and an unknown
+    shard go to .cache/llmfleet/extra/, a second of the same name beside the first; nothing is deleted."""
+    with open(os.path.join(model, "chat_template.jinja"), "w", encoding="utf-8") as handle:
+        handle.write("{{ 'injected' }}")
+    shard = add_unknown_shard(model)
+    extra = verify_model_dir(model)["extra"]
+    assert extra == sorted(["chat_template.jinja", shard])
+    assert move_aside(model, extra, EXTRA_RELDIR) == extra
+    assert verify_model_dir(model, fail_on_extra=True)["extra"] == []
+    with open(os.path.join(model, "chat_template.jinja"), "w", encoding="utf-8") as handle:
+        handle.write("again")
+    move_aside(model, ["chat_template.jinja"], EXTRA_RELDIR)
+    aside = os.path.join(model, EXTRA_RELDIR)
+    assert sorted(os.listdir(aside)) == sorted(["chat_template.jinja", "chat_template.jinja.~1~", shard])
+    with open(os.path.join(aside, "chat_template.jinja"), encoding="utf-8") as handle:
+        assert handle.read() == "{{ 'injected' }}"
 
 
 def test_extra_shard_without_manifest_is_one_no_index_names(model):
