@@ -104,9 +104,14 @@ def run_ours(args, c: int, seed: int, workdir: str) -> dict:
         raise RuntimeError("throughput_check failed:\n" + proc.stdout[-3000:] + proc.stderr[-2000:])
     with open(out, encoding="utf-8") as handle:
         level = json.load(handle)["levels"][0]
+    with open(out, encoding="utf-8") as handle:
+        sizing = json.load(handle).get("prompt") or {}
+    # The requests that sized the prompts ran first, one output token each: the server counted them too.
     return {"output_tok_s": level["output_tok_s"], "output_tokens": level["output_tokens"],
             "duration_s": level["duration_s"], "completed": level["completed"], "failed": level["failed"],
-            "mean_latency_s": level["latency_s"]["mean"], "skip_tokens": 0}
+            "mean_latency_s": level["latency_s"]["mean"], "skip_tokens": sizing.get("sizing_requests", 0),
+            "skip_requests": sizing.get("sizing_requests", 0), "skip_prompt_tokens": sizing.get("sizing_prompt_tokens", 0),
+            "skip_latency_s": sizing.get("sizing_seconds", 0.0)}
 
 
 def run_vllm(args, c: int, seed: int, workdir: str) -> dict:
@@ -127,7 +132,7 @@ def run_vllm(args, c: int, seed: int, workdir: str) -> dict:
             "failed": result.get("failed", args.prompts_per_concurrency * c - result["completed"]),
             "mean_latency_s": result["mean_e2el_ms"] / 1000.0 if "mean_e2el_ms" in result else None,
             # its test request (one prompt, output-len tokens) runs before its timer starts
-            "skip_tokens": args.output_len}
+            "skip_tokens": args.output_len, "skip_requests": 0, "skip_prompt_tokens": 0, "skip_latency_s": 0.0}
 
 
 CLIENTS = {"throughput_check": run_ours, "vllm bench serve": run_vllm}
@@ -145,10 +150,14 @@ def measure(args, name: str, c: int, seed: int) -> dict:
             poller.stop()
         after = read_counters(args.metrics_url)
     skip = run.pop("skip_tokens")
+    skip_requests, skip_prompt, skip_latency = run.pop("skip_requests"), run.pop("skip_prompt_tokens"), run.pop("skip_latency_s")
     tokens, seconds = busy_interval(poller.samples, skip)
     delta = {k: after[k] - before[k] for k in COUNTERS}
-    # The server's figures leave out vLLM bench's test request (its tokens; its latency is in the mean as one request).
-    requests = delta["vllm:e2e_request_latency_seconds_count"]
+    # The server's figures leave out vLLM bench's test request (its tokens; its latency is in the mean as one request)
+    # and throughput_check's sizing requests (their tokens, prompts and, as the client timed them, latency).
+    delta["vllm:e2e_request_latency_seconds_sum"] -= skip_latency
+    delta["vllm:prompt_tokens_total"] -= skip_prompt
+    requests = delta["vllm:e2e_request_latency_seconds_count"] - skip_requests
     server_tokens = delta["vllm:generation_tokens_total"] - skip
     run.update({"client": name, "concurrency": c, "seed": seed, "server_tokens": server_tokens,
                 "server_busy_s": seconds, "server_busy_tok_s": tokens / seconds if seconds else None,

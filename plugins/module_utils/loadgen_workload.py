@@ -47,23 +47,40 @@ def random_prompt(rng, words):
 
 
 def vocabulary_prompts(max_words):
-    """Every word random_prompt draws from, once, in prompts of at most ``max_words`` words: what the server's tokenizer
-    makes of them is the mean size of a random word exactly, where one random prompt's size is a sample of it."""
+    """Every word random_prompt draws from, once, twice over: in as few prompts of at most ``max_words`` words as hold
+    them, then in one prompt more. What the server's tokenizer makes of each set is the mean size of a random word
+    exactly (one random prompt's size is a sample of it), and the difference between the two sets is what the server
+    adds to every request (a BOS token, a chat template): words_for_tokens takes both apart.
+    Returns [(set 0 or 1, prompt)]."""
     size = max(1, int(max_words))
-    return [" ".join(_WORDS[i:i + size]) for i in range(0, len(_WORDS), size)]
+    first = [" ".join(_WORDS[i:i + size]) for i in range(0, len(_WORDS), size)]
+    parts = len(first) + 1
+    if parts > len(_WORDS):  # one word a prompt already: no set of one prompt more
+        return [(0, prompt) for prompt in first]
+    second = [" ".join(_WORDS[i * len(_WORDS) // parts:(i + 1) * len(_WORDS) // parts]) for i in range(parts)]
+    return [(0, prompt) for prompt in first] + [(1, prompt) for prompt in second]
 
 
-def words_for_tokens(tokens, samples):
-    """(words, tokens per word): how many random words make a prompt of about ``tokens`` tokens of the server's tokenizer,
-    from (words sent, prompt tokens the server's usage counted) of requests it answered (vocabulary_prompts); (tokens,
-    None) without any.
+def words_for_tokens(tokens, counted):
+    """(words, tokens per word, tokens per request) for prompts of about ``tokens`` tokens of the server's tokenizer,
+    from [(set, prompt tokens its usage counted, or None)] of vocabulary_prompts' requests: a set counts only when every
+    one of its requests was counted. With both sets, per_word = words' tokens / words and per_request = the tokens one
+    request more added; with one, per_request 0; with none, (tokens, None, None): the prompts stay ``tokens`` words.
     vLLM bench serve's random prompts are exact token counts: a prompt of words sized as tokens was 1.9 times as long
     on the test models' tokenizer, and the server's figures followed the longer prompts (docs/benchmarks.md)."""
-    counted = [(int(words), int(used)) for words, used in samples if words > 0 and used > 0]
-    if not counted:
-        return max(1, int(tokens)), None
-    per_word = float(sum(used for _w, used in counted)) / sum(words for words, _u in counted)
-    return max(1, int(round(tokens / per_word))), per_word
+    totals = {}
+    for which in (0, 1):
+        used = [count for index, count in counted if index == which]
+        if used and all(count is not None and count > 0 for count in used):
+            totals[which] = (len(used), sum(used))
+    if 0 not in totals:
+        return max(1, int(tokens)), None, None
+    requests, total = totals[0]
+    per_request = max(0.0, float(totals[1][1] - total) / (totals[1][0] - requests)) if 1 in totals else 0.0
+    per_word = (total - requests * per_request) / len(_WORDS)
+    if per_word <= 0:
+        return max(1, int(tokens)), None, None
+    return max(1, int(round((tokens - per_request) / per_word))), round(per_word, 4), round(per_request, 2)
 
 
 def build_body(model, endpoint, prompt, max_tokens, ignore_eos=True, extra=None):

@@ -378,7 +378,7 @@ def main():
         module.fail_json(msg=str(exc))
     if module.check_mode:
         module.exit_json(changed=True, verified=False, source=None, attempts=[], bad_sources={}, bytes_by_source={},
-                         quarantined=[],
+                         quarantined=[], set_aside=[],
                          seconds=0.0, msg="would copy %s from %s" % (
                              params["dest"], ", ".join(s["name"] for s in params["sources"]) or "no source"))
     try:

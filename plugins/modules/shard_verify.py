@@ -212,7 +212,7 @@ throughput_mib_s:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.hash_ledger import Ledger
-from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import DEFAULT_IGNORE_PATTERNS
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import DEFAULT_IGNORE_PATTERNS, MANIFEST_FILENAME
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import EXTRA_RELDIR, VerifyError, move_aside, verify_model_dir
 
 
@@ -245,10 +245,16 @@ def main():
     failed = result.pop("failed")
     if failed:
         module.fail_json(changed=False, set_aside=[], **result)
-    # Only against a manifest: without one, an extra file is only a safetensors shard no index names.
-    extra = result["extra"] if params["set_aside_extra"] and result["manifest"] else []
+    # Only against a manifest: without one, an extra file is only a safetensors shard no index names. Never the
+    # manifest or what lies under .cache/ (the collection's own state), whatever ignore_patterns says.
+    extra = [path for path in result["extra"] if path != MANIFEST_FILENAME and not path.startswith(".cache/")] \
+        if params["set_aside_extra"] and result["manifest"] else []
     if extra and not module.check_mode:
-        move_aside(params["path"], extra, EXTRA_RELDIR)
+        try:
+            move_aside(params["path"], extra, EXTRA_RELDIR)
+        except OSError as exc:
+            why = "%s; moving the file(s) the manifest does not list to %s/ failed: %s" % (result["msg"], EXTRA_RELDIR, exc)
+            module.fail_json(changed=False, set_aside=[], **dict(result, msg=why))
     if extra:
         result["msg"] += "; %s %d file(s) the manifest does not list to %s/: %s" % (
             "would move" if module.check_mode else "moved", len(extra), EXTRA_RELDIR, ", ".join(extra))

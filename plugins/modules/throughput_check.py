@@ -284,14 +284,19 @@ warmup:
   sample: {completed: 1, failed: 0}
 prompt:
   description:
-    - The random prompts' size. Before the warm-up, every word the prompts draw from goes to the server once, in
-      prompts of at most O(prompt_tokens) words with one output token each (C(sizing_requests)); from its usage, every
-      later request sends as many words as make O(prompt_tokens) tokens of its tokenizer (vLLM bench serve's random
-      prompts are exact token counts).
-    - C(tokens_per_word) is null when the server sent no usage; the prompts are then O(prompt_tokens) words.
+    - The random prompts' size. Before the warm-up, every word the prompts draw from goes to the server twice over, in
+      as few prompts of at most O(prompt_tokens) words as hold them and then in one prompt more, one output token each
+      (C(sizing_requests), their C(sizing_prompt_tokens) and the seconds they took, C(sizing_seconds)).
+    - From the usage, C(tokens_per_word) (a random word's mean) and C(tokens_per_request) (what the server adds to each
+      request, such as a BOS token or a chat template); every later request sends C(words) words, as many as make
+      O(prompt_tokens) tokens there (vLLM bench serve's random prompts are exact token counts). The peer's, when there
+      is one, is in RV(peer.prompt).
+    - C(tokens_per_word) is null when a sizing request failed or the server sent no usage (a warning says so); the
+      prompts are then O(prompt_tokens) words.
   returned: when the prompts are random (O(prompt) not set), unless skipped in check mode
   type: dict
-  sample: {tokens: 128, words: 68, tokens_per_word: 1.89, sizing_requests: 1}
+  sample: {tokens: 128, words: 67, tokens_per_word: 1.9, tokens_per_request: 1.0, sizing_requests: 3,
+           sizing_prompt_tokens: 412, sizing_seconds: 0.21}
 levels:
   description: Per concurrency level measurements (times in seconds).
   returned: always
@@ -425,8 +430,8 @@ levels:
       returned: always
 peer:
   description:
-    - The peer's measurements, rounds interleaved with those of RV(levels) (C(base_url model levels)); each level
-      has the keys of RV(levels) except the server metrics and thresholds.
+    - The peer's measurements, rounds interleaved with those of RV(levels) (C(base_url model levels), and C(prompt) as
+      RV(prompt) for the peer's server); each level has the keys of RV(levels) except the server metrics and thresholds.
   returned: when O(peer) is set and load was sent
   type: dict
 metrics_available:
@@ -552,21 +557,30 @@ def measured_level(concurrency, records, busy_s, samples, ci, params):
     return lvl
 
 
-def size_prompts(loop, served, words, params):
-    """Every word the random prompts draw from, in prompts of at most prompt_tokens words, one output token each, to each
-    side: from the usage, how many tokens the server's tokenizer makes of a random word; words[side] becomes as many
-    words as make prompt_tokens tokens there."""
-    tokens = params["prompt_tokens"] or 32
+def size_prompts(loop, served, words, tokens, params, module_warn=None):
+    """vocabulary_prompts to each side, one at a time, one output token each: from the usage, how many tokens the server's
+    tokenizer makes of a random word and adds to a request; words[side] becomes as many words as make ``tokens``
+    tokens there. Returns each side's sizing."""
     prompts = vocabulary_prompts(tokens)
     spec = LoadSpec(1, requests=len(prompts), timeout_s=params["timeout_s"], keep_chunk_times=False)
-    sized = None
+    sized = []
     for side, (side_target, model) in enumerate(served):
         def probe(i, model=model):
-            return build_body(model, params["endpoint"], prompts[i], 1, params["ignore_eos"], params["extra_body"])
+            return build_body(model, params["endpoint"], prompts[i][1], 1, params["ignore_eos"], params["extra_body"])
         records = loop.run_until_complete(run_level(side_target, spec, probe, loop))[0]
-        words[side], per_word = words_for_tokens(tokens, [(len(prompts[i].split()), r.prompt_tokens)
-                                                          for i, r in enumerate(records) if r.ok])
-        sized = sized or dict(tokens=tokens, words=words[side], tokens_per_word=per_word, sizing_requests=len(prompts))
+        counted = [(which, r.prompt_tokens if r.ok and r.prompt_tokens >= 0 else None)
+                   for (which, _prompt), r in zip(prompts, records)]
+        words[side], per_word, per_request = words_for_tokens(tokens, counted)
+        sized.append(dict(tokens=tokens, words=words[side], tokens_per_word=per_word, tokens_per_request=per_request,
+                          sizing_requests=len(records),
+                          sizing_prompt_tokens=sum(count for _which, count in counted if count),
+                          sizing_seconds=round(sum(r.latency for r in records if r.ok), 4)))
+        if per_word is None and module_warn:
+            failed = [r for r in records if not r.ok]
+            module_warn("%s: the prompts were not sized in the server's tokens (%d of %d sizing requests failed%s, or "
+                        "no usage came back): they are %d words" % (
+                            model, len(failed), len(records),
+                            (": %s %s" % (failed[0].error, failed[0].error_detail or ""))[:200] if failed else "", tokens))
     return sized
 
 
@@ -585,6 +599,7 @@ def run_checks(params, module_warn=None):
     prompt_tokens = params["prompt_tokens"] or 32
     # Per side (a peer may tokenize otherwise): as many random words as make prompt_tokens tokens there (size_prompts).
     words = [prompt_tokens, prompt_tokens]
+    peer_prompt = None
 
     def body_for(side, name):
         def body_fn(_i):
@@ -602,7 +617,9 @@ def run_checks(params, module_warn=None):
     loop = new_event_loop()
     try:
         if fixed_prompt is None:
-            result["prompt"] = size_prompts(loop, served, words, params)
+            sized = size_prompts(loop, served, words, prompt_tokens, params, module_warn)
+            result["prompt"] = sized[0]
+            peer_prompt = sized[1] if peer else None
         if params["warmup_requests"]:
             spec = LoadSpec(1, requests=params["warmup_requests"], timeout_s=params["timeout_s"],
                             keep_chunk_times=False)
@@ -652,6 +669,8 @@ def run_checks(params, module_warn=None):
         loop.close()
     if peer:
         result["peer"] = dict(base_url=peer["base_url"], model=peer_model, levels=peer_levels)
+        if peer_prompt is not None:
+            result["peer"]["prompt"] = peer_prompt
     result["passed"] = not result["failures"]
     return result
 

@@ -82,7 +82,9 @@ def test_passes_and_counts_match_server(stream_server, tmp_path):
     saved = json.loads(results.read_text())
     assert saved["levels"][2]["output_tokens"] == 64 * 32
     # SIZING requests sized the prompts (this fixture counts a word as a token), two warmed up, then the levels.
-    assert r["prompt"] == {"tokens": 32, "words": 32, "tokens_per_word": 1.0, "sizing_requests": SIZING}
+    sizing = {k: r["prompt"].pop(k) for k in ("sizing_seconds", "sizing_prompt_tokens")}
+    assert r["prompt"] == {"tokens": 32, "words": 32, "tokens_per_word": 1.0, "tokens_per_request": 0.0, "sizing_requests": SIZING}
+    assert sizing["sizing_prompt_tokens"] == 2 * 108 and sizing["sizing_seconds"] > 0
     assert srv.metric("fixture_posts_total") == SIZING + 2 + 3 * 64
 
 
@@ -93,14 +95,18 @@ def test_prompts_are_sized_in_the_servers_tokens(stream_server, tmp_path):
     rc, r, out = run_module(tmp_path, {"base_url": srv.base_url, "concurrency": [4], "requests_per_level": 8,
                                        "max_tokens": 4, "prompt_tokens": 40, "warmup_requests": 1})
     assert rc == 0, out
-    words = sum(len(p.split()) for p in vocabulary_prompts(40))
-    assert r["prompt"] == {"tokens": 40, "words": 20, "tokens_per_word": 2.0, "sizing_requests": 3}, r["prompt"]
-    # Every word once (3 prompts of at most 40 words), then the warm-up's and the level's 20 words each: 40 tokens each.
-    assert srv.metric("vllm:prompt_tokens_total") == 2 * words + 40 * (1 + 8) and r["levels"][0]["prompt_tokens"] == 8 * 40
+    prompt = dict(r["prompt"], sizing_seconds=None)
+    assert prompt == {"tokens": 40, "words": 20, "tokens_per_word": 2.0, "tokens_per_request": 0.0, "sizing_requests": 7,
+                      "sizing_prompt_tokens": 2 * 2 * 108, "sizing_seconds": None}, r["prompt"]
+    # Every word twice (in 3 prompts of at most 40 words, then in 4), then the warm-up's and the level's 20 words each:
+    # 40 tokens a request.
+    assert srv.metric("vllm:prompt_tokens_total") == 2 * 2 * 108 + 40 * (1 + 8) and r["levels"][0]["prompt_tokens"] == 8 * 40
     mute = stream_server("--prompt-tokens-per-word", "2", "--no-usage")
     rc, r, out = run_module(tmp_path, {"base_url": mute.base_url, "concurrency": [2], "requests_per_level": 2,
                                        "max_tokens": 4, "prompt_tokens": 40, "warmup_requests": 0})
     assert rc == 0 and r["prompt"]["words"] == 40 and r["prompt"]["tokens_per_word"] is None, (out, r.get("prompt"))
+    assert any("the prompts were not sized in the server's tokens (0 of 7 sizing requests failed, or no usage came back)"
+               in warning for warning in r.get("warnings", [])), r.get("warnings")
 
 
 def test_chat_endpoint_without_usage_counts_chunks(stream_server, tmp_path):

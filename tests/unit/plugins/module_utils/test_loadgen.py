@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen import run_level
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_conn import Target
 from ansible_collections.llmfleet.vllm.plugins.module_utils.loadgen_workload import (LoadSpec, build_body, make_rng,
-                                                                                     random_prompt, words_for_tokens)
+                                                                                     random_prompt, vocabulary_prompts, words_for_tokens)
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 TOK = {"choices": [{"index": 0, "text": " t"}]}
@@ -201,10 +201,20 @@ def test_loadspec_validation():
 
 
 def test_words_for_tokens_sizes_prompts_by_what_the_server_counted():
-    # The test models' tokenizer: about 1.9 tokens a word; 16 words came back as 31 and 33 tokens.
-    words, per_word = words_for_tokens(16, [(16, 31), (16, 33)])
-    assert (words, per_word) == (8, 2.0)
-    # A server that counts one token a word keeps the size; failed requests (no usage: -1) teach nothing.
-    assert words_for_tokens(128, [(128, 129), (128, -1)])[0] == 127
-    assert words_for_tokens(16, []) == (16, None) and words_for_tokens(16, [(16, -1)]) == (16, None)
-    assert words_for_tokens(1, [(1, 5)])[0] == 1  # never an empty prompt
+    """A server whose tokenizer makes 2 tokens of each word and adds 3 to each request (a chat template): the
+    vocabulary's two sets tell the two apart, so that a prompt of 41 tokens is 19 words."""
+    prompts = vocabulary_prompts(16)
+    assert [which for which, _p in prompts] == [0] * 7 + [1] * 8
+    for which in (0, 1):  # every word once in each set, each prompt at most 16 words
+        words = [w for index, prompt in prompts if index == which for w in prompt.split()]
+        assert sorted(words) == sorted(set(words)) and len(words) == 108
+    assert max(len(prompt.split()) for _i, prompt in prompts) <= 16
+    counted = [(which, 2 * len(prompt.split()) + 3) for which, prompt in prompts]
+    assert words_for_tokens(41, counted) == (19, 2.0, 3.0)
+    # Without the second set, nothing is taken off a request; a set with a request not counted (failed, no usage) is
+    # not used; without the first, the prompts stay `tokens` words.
+    assert words_for_tokens(40, [c for c in counted if c[0] == 0]) == (18, 2.1944, 0.0)
+    assert words_for_tokens(40, counted[:-1] + [(1, None)]) == (18, 2.1944, 0.0)
+    assert words_for_tokens(16, [(0, None)] + counted[1:]) == (16, None, None) and words_for_tokens(16, []) == (16, None, None)
+    assert words_for_tokens(1, counted)[0] == 1  # never an empty prompt
+    assert [which for which, _p in vocabulary_prompts(1)] == [0] * 108  # one word a prompt: no second set
