@@ -253,8 +253,8 @@ def main():
         try:
             move_aside(params["path"], extra, EXTRA_RELDIR)
         except OSError as exc:
-            why = "%s; moving the file(s) the manifest does not list to %s/ failed: %s" % (result["msg"], EXTRA_RELDIR, exc)
-            module.fail_json(changed=False, set_aside=[], **dict(result, msg=why))
+            result["msg"] = "%s; moving the file(s) the manifest does not list to %s/ failed: %s" % (result["msg"], EXTRA_RELDIR, exc)
+            module.fail_json(changed=False, set_aside=[], **result)
     if extra:
         result["msg"] += "; %s %d file(s) the manifest does not list to %s/: %s" % (
             "would move" if module.check_mode else "moved", len(extra), EXTRA_RELDIR, ", ".join(extra))

@@ -290,7 +290,7 @@ prompt:
     - From the usage, C(tokens_per_word) (a random word's mean) and C(tokens_per_request) (what the server adds to each
       request, such as a BOS token or a chat template); every later request sends C(words) words, as many as make
       O(prompt_tokens) tokens there (vLLM bench serve's random prompts are exact token counts). The peer's, when there
-      is one, is in RV(peer.prompt).
+      is one, is C(prompt) in RV(peer).
     - C(tokens_per_word) is null when a sizing request failed or the server sent no usage (a warning says so); the
       prompts are then O(prompt_tokens) words.
   returned: when the prompts are random (O(prompt) not set), unless skipped in check mode
