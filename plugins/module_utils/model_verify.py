@@ -38,6 +38,12 @@ QUARANTINE_RELDIR = ".cache/llmfleet/quarantine"  # failed verification; fetched
 EXTRA_RELDIR = ".cache/llmfleet/extra"  # not in the manifest: a loader may pick a file up by its presence
 
 
+def extras_to_set_aside(extra):
+    """Of verify_model_dir's ``extra``, what may be moved aside: never the directory's manifest or what lies under
+    .cache/ (the collection's own state), whatever ignore patterns a caller gave."""
+    return [path for path in extra if path != MANIFEST_FILENAME and not path.startswith(".cache/")]
+
+
 def move_aside(model_dir, paths, reldir):
     """Move each of ``paths`` (relative to model_dir) to model_dir/reldir/<path>, a numbered name (``.~N~``) when one of
     that name is there already; returns the paths moved."""

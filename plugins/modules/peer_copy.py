@@ -195,7 +195,7 @@ from ansible_collections.llmfleet.vllm.plugins.module_utils.hash_ledger import L
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import (
     MANIFEST_FILENAME, ManifestError, list_model_files, validate_manifest, write_manifest)
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import (
-    EXTRA_RELDIR, QUARANTINE_RELDIR, VerifyError, move_aside, verify_model_dir)
+    EXTRA_RELDIR, QUARANTINE_RELDIR, VerifyError, extras_to_set_aside, move_aside, verify_model_dir)
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_patches import ORIGINALS_RELDIR
 from ansible_collections.llmfleet.vllm.plugins.module_utils.peer_seeding import (
     PARTIAL_DIR, SeedError, copy_list, finished_files, parse_stats, rsync_argv)
@@ -331,7 +331,7 @@ def _copy_locked(params, dest, manifest, started, run):
     set_aside = []
     if verified:
         # The directory holds exactly the manifest's files: what an earlier run or a hand left beside them goes aside.
-        set_aside = move_aside(dest, verify["extra"], EXTRA_RELDIR)
+        set_aside = move_aside(dest, extras_to_set_aside(verify["extra"]), EXTRA_RELDIR)
         write_manifest(manifest, os.path.join(dest, MANIFEST_FILENAME))
     bytes_by_source = {}
     for attempt in attempts:

@@ -212,8 +212,9 @@ throughput_mib_s:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.hash_ledger import Ledger
-from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import DEFAULT_IGNORE_PATTERNS, MANIFEST_FILENAME
-from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import EXTRA_RELDIR, VerifyError, move_aside, verify_model_dir
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import DEFAULT_IGNORE_PATTERNS
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import (
+    EXTRA_RELDIR, VerifyError, extras_to_set_aside, move_aside, verify_model_dir)
 
 
 def main():
@@ -245,10 +246,8 @@ def main():
     failed = result.pop("failed")
     if failed:
         module.fail_json(changed=False, set_aside=[], **result)
-    # Only against a manifest: without one, an extra file is only a safetensors shard no index names. Never the
-    # manifest or what lies under .cache/ (the collection's own state), whatever ignore_patterns says.
-    extra = [path for path in result["extra"] if path != MANIFEST_FILENAME and not path.startswith(".cache/")] \
-        if params["set_aside_extra"] and result["manifest"] else []
+    # Only against a manifest: without one, an extra file is only a safetensors shard no index names.
+    extra = extras_to_set_aside(result["extra"]) if params["set_aside_extra"] and result["manifest"] else []
     if extra and not module.check_mode:
         try:
             move_aside(params["path"], extra, EXTRA_RELDIR)

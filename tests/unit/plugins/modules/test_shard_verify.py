@@ -6,7 +6,8 @@ import os
 import pytest
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils.model_manifest import MANIFEST_FILENAME
-from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import EXTRA_RELDIR, VerifyError, move_aside, verify_model_dir
+from ansible_collections.llmfleet.vllm.plugins.module_utils.model_verify import (
+    EXTRA_RELDIR, VerifyError, extras_to_set_aside, move_aside, verify_model_dir)
 from model_builders import (
     add_unknown_shard, build_gguf_model, build_safetensors_model, corrupt_header_json, flip_last_byte,
     header_length_past_eof, index_names_missing_file, shard_name, truncate, write_hub_manifest)
@@ -102,6 +103,8 @@ def test_extra_files_moved_aside_leave_exactly_the_manifests_files(model):
     shard = add_unknown_shard(model)
     extra = verify_model_dir(model)["extra"]
     assert extra == sorted(["chat_template.jinja", shard])
+    # Never the manifest or the collection's state under .cache/, which a caller's own ignore patterns could list.
+    assert extras_to_set_aside(extra + [MANIFEST_FILENAME, ".cache/llmfleet/seed/files"]) == extra
     assert move_aside(model, extra, EXTRA_RELDIR) == extra
     assert verify_model_dir(model, fail_on_extra=True)["extra"] == []
     with open(os.path.join(model, "chat_template.jinja"), "w", encoding="utf-8") as handle:
