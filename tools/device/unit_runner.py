@@ -159,7 +159,7 @@ def parse_unit(text):
             unit["environment_files"].append(expand_specifiers(value))
         elif key in ("User", "Group", "KillMode", "Type"):
             unit[key.lower()] = value
-        elif key in ("CacheDirectory", "WorkingDirectory"):
+        elif key in ("CacheDirectory", "RuntimeDirectory", "WorkingDirectory"):
             unit[key.lower()] = expand_specifiers(value)
         elif key in ("LimitNOFILE", "LimitMEMLOCK"):
             unit[key.lower()] = resource.RLIM_INFINITY if value == "infinity" else int(value)
@@ -276,9 +276,10 @@ def _prepare_dirs(unit):
     user = unit.get("user", "root")
     pw = pwd.getpwnam(user)
     gid = grp.getgrnam(unit["group"]).gr_gid if unit.get("group") else pw.pw_gid
-    if unit.get("cachedirectory"):
-        for name in unit["cachedirectory"].split():
-            path = os.path.join(SPECIFIERS["C"], name)
+    # As systemd: each directory the unit's user's (its parents root's), under /var/cache and /run.
+    for key, root in (("cachedirectory", SPECIFIERS["C"]), ("runtimedirectory", "/run")):
+        for name in unit.get(key, "").split():
+            path = os.path.join(root, name)
             os.makedirs(path, mode=0o755, exist_ok=True)
             os.chown(path, pw.pw_uid, gid)
 
