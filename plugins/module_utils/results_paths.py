@@ -1,7 +1,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The layout of the controller's results folder (the lookup llmfleet.vllm.results_dir finds the folder): the one
 owner of where a host's pivot records, golden answers and the fleet's revision locks lie, which the pivot writes and the rollout, its canary gate,
-the parity check, the benches and the tests read."""
+the parity check, the benches and the tests read; and of how a folder of JSON records is read (read_json_files)."""
 from __future__ import annotations
 
 import json
@@ -53,20 +53,31 @@ def jit_cache_archive_path(results_dir, model):
     return revision_lock_path(results_dir, model)[:-len('.json')] + '.jit.tar'
 
 
-def read_revision_locks(results_dir):
-    """{model: commit} of every revision lock in the results (none: {}); a lock that is not JSON is skipped."""
-    locks = {}
-    directory = os.path.join(str(results_dir), LOCKS_DIR)
+def _load_json(path):
+    with open(path, encoding='utf-8') as handle:
+        return json.load(handle)
+
+
+def read_json_files(directory, load=_load_json, broken=(OSError, ValueError)):
+    """[(name, content)] of every *.json file in ``directory``, by name (no folder: []). ``load(path)`` reads one
+    file; a file whose load raises one of ``broken`` is skipped, any other error is raised."""
+    named = []
     if not os.path.isdir(directory):
-        return locks
+        return named
     for name in sorted(os.listdir(directory)):
         if not name.endswith('.json'):
             continue
         try:
-            with open(os.path.join(directory, name), encoding='utf-8') as handle:
-                lock = json.load(handle)
-        except (OSError, ValueError):
+            named.append((name, load(os.path.join(directory, name))))
+        except broken:
             continue
+    return named
+
+
+def read_revision_locks(results_dir):
+    """{model: commit} of every revision lock in the results (none: {}); a lock that is not JSON is skipped."""
+    locks = {}
+    for name, lock in read_json_files(os.path.join(str(results_dir), LOCKS_DIR)):
         if isinstance(lock, dict) and lock.get('commit'):
             locks[str(lock.get('model') or name[:-len('.json')])] = str(lock['commit'])
     return locks

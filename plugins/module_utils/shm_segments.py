@@ -119,6 +119,22 @@ def _parse_maps_line(line):
     return dev, ino, path
 
 
+def _add_path_holder(scan, directory, proc_root, pid, comm, via, path):
+    """Record `pid` in ``scan.by_path`` as holding `path` (via "fd" or "maps") when `path` lies under `directory`.
+
+    Returns (holder, comm): holder is None when `path` lies elsewhere. `comm` is the process name, None until
+    the first path under `directory`; it is passed back so that /proc/PID/comm is read at most once per process.
+    """
+    path, _deleted = _strip_deleted(path)
+    if not _under(path, directory):
+        return None, comm
+    if comm is None:
+        comm = _comm(proc_root, pid)
+    holder = Holder(pid, comm, via)
+    scan._add(scan.by_path, path, holder)
+    return holder, comm
+
+
 def scan_processes(directory, proc_root="/proc", self_pid=None):
     """Scan every process under `proc_root` for open fds and mappings of files under `directory`.
 
@@ -167,13 +183,9 @@ def scan_processes(directory, proc_root="/proc", self_pid=None):
             except OSError:
                 denied = True
                 continue
-            target, _deleted = _strip_deleted(target)
-            if not _under(target, directory):
+            holder, comm = _add_path_holder(scan, directory, proc_root, pid, comm, "fd", target)
+            if holder is None:
                 continue
-            if comm is None:
-                comm = _comm(proc_root, pid)
-            holder = Holder(pid, comm, "fd")
-            scan._add(scan.by_path, target, holder)
             try:
                 st = os.stat(link)  # follows the magic link to the open file itself
                 scan._add(scan.by_inode, (st.st_dev, st.st_ino), holder)
@@ -198,14 +210,9 @@ def scan_processes(directory, proc_root="/proc", self_pid=None):
                 if parsed is None:
                     continue
                 dev, ino, path = parsed
-                path, _deleted = _strip_deleted(path)
-                if not _under(path, directory):
-                    continue
-                if comm is None:
-                    comm = _comm(proc_root, pid)
-                holder = Holder(pid, comm, "maps")
-                scan._add(scan.by_path, path, holder)
-                scan._add(scan.by_inode, (dev, ino), holder)
+                holder, comm = _add_path_holder(scan, directory, proc_root, pid, comm, "maps", path)
+                if holder is not None:
+                    scan._add(scan.by_inode, (dev, ino), holder)
 
         if gone and not denied and not os.path.exists(base):
             scan.vanished += 1

@@ -70,6 +70,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmfleet.vllm.plugins.module_utils import host_slots as hs
 from ansible_collections.llmfleet.vllm.plugins.module_utils.atomic_write import atomic_write
 from ansible_collections.llmfleet.vllm.plugins.module_utils.observability import TEXTFILE_NAME, slot_metrics_text
+from ansible_collections.llmfleet.vllm.plugins.module_utils.results_paths import read_json_files
 
 
 def _read(path):
@@ -80,18 +81,13 @@ def _read(path):
         return None
 
 
+def _load_record(path):
+    return json.loads(_read(path) or 'null')
+
+
 def _records(records_dir):
-    named = []
-    if not os.path.isdir(records_dir):
-        return named
-    for name in sorted(os.listdir(records_dir)):
-        if not name.endswith('.json'):
-            continue
-        try:
-            named.append((name, json.loads(_read(os.path.join(records_dir, name)) or 'null')))
-        except ValueError:
-            continue  # a record cut short by a crash says nothing; the slot's earlier record still does
-    return named
+    # a record cut short by a crash (not JSON) says nothing; the slot's earlier record still does
+    return read_json_files(records_dir, load=_load_record, broken=(ValueError,))
 
 
 def main():

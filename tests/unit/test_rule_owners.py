@@ -177,3 +177,96 @@ def test_every_output_of_a_role_is_declared_or_documented(role):
     undocumented = sorted({"%s (%s)" % (n, f) for n, f in _names_set_by_tasks(role)
                            if not n.startswith(role + "__") and n not in declared and "`%s`" % n not in readme})
     assert undocumented == [], undocumented
+
+
+# --- one owner of a slot's state (issue #42): roles/slot alone writes the host's slots and lock and switches its gateway
+
+SLOT_OWNER = "roles/slot/"
+STATE_MODULES = ("llmfleet.vllm.host_slots", "llmfleet.vllm.host_lock")
+# The gateway's entry points that change what it sends where: rendering it (main, configure) and a server's state.
+SWITCHING_ENTRIES = ("main", "configure", "server")
+# A fleet gateway (rollout.yml) is no host's gateway: the fleet's own plays set it up directly.
+FLEET_GATEWAY_VARS = ("gateway_fleet", "gateway_server_host")
+# Private names read across an owner, each with the step of issue #42 that removes it.
+FOREIGN_PRIVATE_ALLOWED = {
+    "playbooks/tasks/parity_slot.yml": "pivot",  # step 3: answer parity as a role with declared inputs
+}
+
+
+def _tasks(node):
+    """Every task of a task file or playbook, blocks and plays opened."""
+    for item in node if isinstance(node, list) else []:
+        if not isinstance(item, dict):
+            continue
+        yield item
+        for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
+            yield from _tasks(item.get(key))
+
+
+def _yaml_files(*tops):
+    for relative, path in _files():
+        if relative.startswith(tops) and relative.endswith((".yml", ".yaml")) and "/meta/" not in relative:
+            with open(path, encoding="utf-8") as handle:
+                yield relative, yaml.safe_load(handle)
+
+
+def _slot_state_writers(relative, document):
+    """(file, what) of each task that calls a state module or switches a host's gateway outside the slot role."""
+    if relative.startswith(SLOT_OWNER):
+        return []
+    found = []
+    for task in _tasks(document):
+        found += ["%s: %s" % (relative, module) for module in STATE_MODULES if module in task]
+        for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+            include = task.get(key)
+            if not isinstance(include, dict) or include.get("name") != "llmfleet.vllm.gateway":
+                continue
+            entry = include.get("tasks_from", "main")
+            if entry in SWITCHING_ENTRIES and not any(v in (task.get("vars") or {}) for v in FLEET_GATEWAY_VARS):
+                found.append("%s: gateway %s (%s)" % (relative, entry, task.get("name")))
+    return found
+
+
+def test_only_the_slot_role_writes_a_hosts_slots_and_lock_and_switches_its_gateway():
+    """Where is the slot record written, where is the gateway switched: in roles/slot, and nowhere else."""
+    found = [line for relative, document in _yaml_files("roles/", "playbooks/") for line in _slot_state_writers(relative, document)]
+    assert found == [], found
+    # The check sees what it looks for: the slot role itself does all three.
+    own = [line for relative, document in _yaml_files(SLOT_OWNER)
+           for line in _slot_state_writers("elsewhere/" + relative, document)]
+    assert {line.split(": ", 1)[1].split(" (")[0] for line in own} >= {
+        "llmfleet.vllm.host_slots", "llmfleet.vllm.host_lock", "gateway configure", "gateway server"}, own
+
+
+def test_the_check_catches_a_state_write_or_a_gateway_switch_elsewhere():
+    pivot = [{"name": "Commit", "block": [{"llmfleet.vllm.host_slots": {"action": "set"}}]},
+             {"name": "Switch", "ansible.builtin.include_role": {"name": "llmfleet.vllm.gateway", "tasks_from": "server"},
+              "vars": {"gateway_server_slot": "default"}},
+             {"name": "Render", "ansible.builtin.include_role": {"name": "llmfleet.vllm.gateway"}}]
+    assert len(_slot_state_writers("roles/pivot/tasks/commit.yml", pivot)) == 3
+    fleet = [{"name": "Fleet", "ansible.builtin.include_role": {"name": "llmfleet.vllm.gateway", "tasks_from": "server"},
+              "vars": {"gateway_server_host": "gpu1"}},
+             {"name": "Port", "ansible.builtin.include_role": {"name": "llmfleet.vllm.gateway", "tasks_from": "port"}}]
+    assert _slot_state_writers("playbooks/rollout.yml", fleet) == []
+
+
+def _foreign_private_names(relative, text):
+    """<role>__name of another role than the file's own (a playbook owns none)."""
+    own = relative.split("/")[1] if relative.startswith("roles/") else None
+    pattern = re.compile(r"\b(%s)__\w+" % "|".join(re.escape(role) for role in ROLES))
+    return sorted({m.group(0) for m in pattern.finditer(text) if m.group(1) != own
+                   and FOREIGN_PRIVATE_ALLOWED.get(relative) != m.group(1)})
+
+
+def test_no_role_or_playbook_reads_another_roles_private_names():
+    """A role's <role>__ names are its own: others read its declared inputs and documented outputs (the pivot read
+    observability__publish, benchmark.yml registered benchmark__slots)."""
+    found = []
+    for relative, path in _files():
+        if relative.startswith(("roles/", "playbooks/")):
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                found += ["%s: %s" % (relative, name) for name in _foreign_private_names(relative, handle.read())]
+    assert found == [], found
+    assert _foreign_private_names("roles/pivot/tasks/main.yml", "when: observability__publish | bool") == ["observability__publish"]
+    assert _foreign_private_names("playbooks/benchmark.yml", "register: benchmark__slots") == ["benchmark__slots"]
+    assert _foreign_private_names("roles/pivot/tasks/main.yml", "pivot__run and slot_host_slots") == []

@@ -14,6 +14,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.vllm.plugins.filter import observability as filters
 from ansible_collections.llmfleet.vllm.plugins.filter import results_paths as path_filters
 from ansible_collections.llmfleet.vllm.plugins.module_utils import observability as obs
+from ansible_collections.llmfleet.vllm.plugins.module_utils import results_paths
 
 FIX = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "nvidia"
 RECORDS = json.loads((FIX / "h100-pivot-wake-records.json").read_text())
@@ -180,3 +181,15 @@ def test_revision_locks_are_read_from_the_results(tmp_path):
     assert path_filters.revision_lock_path(str(tmp_path), "m") == str(tmp_path / "locks" / "m.json")
     with pytest.raises(AnsibleFilterError, match="revision_lock_path"):
         path_filters.revision_lock_path(str(tmp_path), "a/b")
+
+
+def test_a_folder_of_json_files_is_read_by_name_and_its_broken_files_skipped(tmp_path):
+    (tmp_path / "b.json").write_text('{"n": 2}')
+    (tmp_path / "a.json").write_text("[1]")
+    (tmp_path / "cut.json").write_text("{")
+    (tmp_path / "notes.txt").write_text("{}")
+    (tmp_path / "dir.json").mkdir()
+    assert results_paths.read_json_files(str(tmp_path)) == [("a.json", [1]), ("b.json", {"n": 2})]
+    assert results_paths.read_json_files(str(tmp_path / "none")) == []
+    with pytest.raises(OSError):
+        results_paths.read_json_files(str(tmp_path), broken=(ValueError,))

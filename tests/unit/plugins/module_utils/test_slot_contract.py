@@ -203,9 +203,9 @@ def test_a_pivot_in_progress_holds_its_units_and_port():
                        8000, requested=9000, variable="pivot_port")
 
 
-# --- the drain's wait on vLLM's own count (roles/pivot/files/wait-idle.py), against a real HTTP server -----------
+# --- the drain's wait on vLLM's own count (roles/slot/files/wait-idle.py), against a real HTTP server -----------
 
-WAIT_IDLE = os.path.join(REPO, "roles", "pivot", "files", "wait-idle.py")
+WAIT_IDLE = os.path.join(REPO, "roles", "slot", "files", "wait-idle.py")
 
 
 class _Metrics:
