@@ -42,6 +42,16 @@ ASLEEP_FIELDS = ('model', 'profile', 'revision', 'model_dir', 'unit', 'port', 'g
 # How a pivot replaces the slot's model. The new model starts on the slot's standby port (the gateway switches at the
 # commit) in blue_green (beside the old one), sleep (the old one asleep) and wake (the slot's sleeping model woken).
 NEW_ON_STANDBY = ('blue_green', 'sleep', 'wake')
+# The switch a pivot runs for each strategy (roles/pivot/tasks/switch_<switch>.yml): a wake is the sleep switch's,
+# and a first model or a re-run of an unhealthy one is a start without a stop.
+SWITCH_OF_STRATEGY = {'blue_green': 'blue_green', 'sleep': 'sleep', 'wake': 'sleep'}
+
+
+def switch_of(strategy):
+    """The switch that carries out a plan's strategy: blue_green, sleep, or stop_start."""
+    return SWITCH_OF_STRATEGY.get(strategy, 'stop_start')
+
+
 BOOL_TRUE = ('true', 'yes', 'on', '1')
 BOOL_FALSE = ('false', 'no', 'off', '0')
 # \Z, not $: $ also matches before a final newline ('chat\n' would end ExecStart= and split the gateway's map lines).

@@ -272,6 +272,12 @@ strategy:
       the standby port, the new one starts on its GPUs) or V(wake) (the slot's sleeping model is the target).
   returned: when action is plan
   type: str
+switch:
+  description:
+    - The switch a pivot runs for RV(strategy) (V(plan)) - V(blue_green), V(sleep) (also for V(wake)) or V(stop_start)
+      (also for V(new) and V(none)).
+  returned: when action is plan
+  type: str
 sleeps_previous:
   description: Whether the pivot puts the slot's model to sleep instead of stopping it (V(plan)).
   returned: when action is plan
@@ -417,6 +423,7 @@ def _plan(module, slots, result):
     result.update(gpu_ids=gpu_ids, port=port, standby_port=standby, alias=alias,
                   unit=hs.planned_unit(p['model'], current, strategy, p['fast_start']),
                   model_dir=model_dir, serving_same=serving_same, strategy=strategy, strategy_reason=why,
+                  switch=hs.switch_of(strategy),
                   shared_gpu_ids=hs.shared_gpus(p['slot'], slots, gpu_ids) if strategy == 'blue_green' else [],
                   gateway_slots_before=hs.gateway_slots_before(slots, p['slot'], alias, p['model'], strategy, port,
                                                                standby),

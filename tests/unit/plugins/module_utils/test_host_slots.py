@@ -332,6 +332,7 @@ def test_sleep_then_wake_through_the_module(tmp_path):
 
     slept = _run_module(plan)
     assert (slept["strategy"], slept["port"], slept["standby_port"], slept["gpu_ids"]) == ("sleep", 8001, 8000, [0])
+    assert slept["switch"] == "sleep"
     assert slept["sleeps_previous"] and not slept["stops_asleep"] and slept["contract"]["port"]["value"] == 8000
     assert slept["gateway_slots_before"]["default"]["port"] == 8000  # the gateway keeps the old port until the commit
     # Blue/green allowed but not fitting beside the old model (0.9 of the GPU): sleep, with the reason.
@@ -342,6 +343,7 @@ def test_sleep_then_wake_through_the_module(tmp_path):
     assert _run_module(dict(common, **dict(a, sleep_mode=False)))["changed"]
     plain = _run_module(plan)
     assert plain["strategy"] == "stop_start" and "a was started without sleep mode" in plain["strategy_reason"]
+    assert plain["switch"] == "stop_start"
     assert _run_module(dict(common, **a))["changed"]
 
     # The commit of b records a asleep on its port until keep_previous_s from now; a re-run of b keeps it.
@@ -411,3 +413,14 @@ def test_fast_start_plans_the_models_other_unit_for_a_new_revision_and_records_i
     assert _run_module(dict(new_revision, fast_start=True))["unit"] == "vllm-tiny-llama-a-alt.service"
     back = dict(common, action="plan", model="tiny-llama-a", revision=SHA1, catalog_port=8001, fast_start=True)
     assert _run_module(back)["unit"] == "vllm-tiny-llama-a.service"
+
+
+def test_each_strategy_is_carried_out_by_one_switch():
+    """roles/pivot/tasks/switch_<switch>.yml: a wake is the sleep switch's, a first model or a re-run of an unhealthy
+    one is a start without a stop (stop_start)."""
+    assert {s: hs.switch_of(s) for s in ("blue_green", "sleep", "wake", "stop_start", "new", "none")} == {
+        "blue_green": "blue_green", "sleep": "sleep", "wake": "sleep", "stop_start": "stop_start", "new": "stop_start",
+        "none": "stop_start"}
+    roles_tasks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "roles", "pivot", "tasks")
+    for switch in set(hs.SWITCH_OF_STRATEGY.values()) | {"stop_start"}:
+        assert os.path.isfile(os.path.join(roles_tasks, "switch_%s.yml" % switch)), switch
