@@ -18,6 +18,13 @@ def pivot_record_path(results_dir, host, model):
         raise AnsibleFilterError('pivot_record_path: %s' % exc)
 
 
+def host_pivot_record_name(model, ended_at, rolled_back=False):
+    try:
+        return results_paths.host_pivot_record_name(model, ended_at, rolled_back)
+    except ValueError as exc:
+        raise AnsibleFilterError('host_pivot_record_name: %s' % exc)
+
+
 def parity_record_path(results_dir, host, model, digest):
     try:
         return results_paths.parity_record_path(results_dir, host, model, digest)
@@ -46,5 +53,6 @@ def revision_locks(results_dir):
 class FilterModule:
     def filters(self):
         return {'pivot_records_dir': pivot_records_dir, 'pivot_record_path': pivot_record_path,
+                'host_pivot_record_name': host_pivot_record_name,
                 'parity_record_path': parity_record_path, 'revision_lock_path': revision_lock_path,
                 'revision_locks': revision_locks, 'jit_cache_archive_path': jit_cache_archive_path}

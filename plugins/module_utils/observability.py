@@ -167,10 +167,15 @@ def record_time(record):
 
 
 def latest_records(named_records):
-    """{slot: record}: each slot's latest pivot record, from (file name, record) pairs. The pivot names its records
-    <UTC stamp>-<model>[-rolled-back].json, so the greatest name of a slot is its latest."""
+    """{slot: record}: each slot's latest pivot record, from (file name, record) pairs: the one that ended last
+    (record_time), the greatest name between records of the same second or without a time."""
     latest = {}
-    for name, record in sorted(named_records or [], key=lambda pair: pair[0]):
+
+    def ended(pair):
+        record = pair[1] if isinstance(pair[1], dict) else {}
+        return (record_time(record) or 0.0, pair[0])
+
+    for name, record in sorted(named_records or [], key=ended):
         if isinstance(record, dict) and record.get('slot'):
             latest[record['slot']] = record
     return latest

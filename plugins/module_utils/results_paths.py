@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 PIVOTS_DIR = 'pivots'
 LATEST_SUFFIX = '-latest.json'
 PARITY_DIR = 'parity'
 LOCKS_DIR = 'locks'
+HOST_RECORD_STAMP = '%Y%m%dT%H%M%SZ'
+ROLLED_BACK_SUFFIX = '-rolled-back'
 
 
 def pivot_records_dir(results_dir, host):
@@ -23,6 +26,19 @@ def pivot_record_path(results_dir, host, model):
     if not model or '/' in str(model):
         raise ValueError('a pivot record is named after a catalog model name (no "/"); got %s' % json.dumps(model))
     return os.path.join(pivot_records_dir(results_dir, host), str(model) + LATEST_SUFFIX)
+
+
+def host_pivot_record_name(model, ended_at, rolled_back=False):
+    """<UTC stamp of ended_at>-<model>[-rolled-back].json: a pivot's record on its host, in the state dir's records
+    folder. One clock names it, the record's own end: the new model ready, or the previous one serving again after a
+    rollback (observability.record_time reads the same field back)."""
+    if not model or '/' in str(model):
+        raise ValueError('a pivot record is named after a catalog model name (no "/"); got %s' % json.dumps(model))
+    try:
+        stamp = time.strftime(HOST_RECORD_STAMP, time.gmtime(float(ended_at)))
+    except (TypeError, ValueError):
+        raise ValueError('a pivot record is named after when the pivot ended (Unix seconds); got %s' % json.dumps(ended_at))
+    return '%s-%s%s.json' % (stamp, model, ROLLED_BACK_SUFFIX if rolled_back else '')
 
 
 def parity_record_path(results_dir, host, model, digest):

@@ -54,6 +54,10 @@ def test_the_rule_is_built_only_by_its_owner(rule):
      'path: "{{ pivot_controller_results_dir }}/{{ inventory_hostname }}/pivots"'),
     ("a host's pivot record <results>/<host>/pivots/<model>-latest.json",
      'with open(os.path.join(results, host, "pivots", f"{model}-latest.json"), encoding="utf-8") as fh:'),
+    ("a pivot's record on its host <UTC stamp of its end>-<model>[-rolled-back].json",
+     """      {{ pivot__slots.records_dir }}/{{ '%Y%m%dT%H%M%SZ' | strftime(pivot__new_ready_at | float, utc=true) }}-{{ pivot_model }}.json"""),
+    ("a pivot's record on its host <UTC stamp of its end>-<model>[-rolled-back].json",
+     'dest: "{{ pivot__slots.records_dir }}/{{ now(utc=true).strftime(\'%Y%m%dT%H%M%SZ\') }}-{{ pivot_model }}-rolled-back.json"'),
     ("the GPUs a model needs, tensor x pipeline x data parallel size",
      "  {{ pivot__entry.serving.tensor_parallel_size * pivot__entry.serving.pipeline_parallel_size | default(1, true)"),
     ("the GPUs a model needs, tensor x pipeline x data parallel size",
@@ -94,6 +98,11 @@ def test_the_check_catches_a_rule_spelt_by_hand(rule, spelling):
 def test_the_owners_spell_the_rules():
     assert results_paths.pivot_record_path("results", "gpu1", "minimax-m25") == "results/gpu1/pivots/minimax-m25-latest.json"
     assert results_paths.pivot_records_dir("results", "gpu1") == "results/gpu1/pivots"
+    assert results_paths.host_pivot_record_name("minimax-m25", 1796629242.38) == "20261207T074042Z-minimax-m25.json"
+    assert results_paths.host_pivot_record_name("minimax-m25", "1796629242", True) == "20261207T074042Z-minimax-m25-rolled-back.json"
+    for model, ended_at in (("org/model", 1.0), ("", 1.0), ("minimax-m25", None), ("minimax-m25", "soon")):
+        with pytest.raises(ValueError):
+            results_paths.host_pivot_record_name(model, ended_at)
     assert catalog.gpus_needed({"serving": {"tensor_parallel_size": 4, "pipeline_parallel_size": 2, "data_parallel_size": 2}}) == 16
     assert catalog.gpus_needed({"serving": {"tensor_parallel_size": 4, "pipeline_parallel_size": None}}, 2) == 2
     assert host_slots.unit_name("minimax-m25") == "vllm-minimax-m25.service"
@@ -187,10 +196,9 @@ STATE_MODULES = ("llmfleet.vllm.host_slots", "llmfleet.vllm.host_lock")
 SWITCHING_ENTRIES = ("main", "configure", "server")
 # A fleet gateway (rollout.yml) is no host's gateway: the fleet's own plays set it up directly.
 FLEET_GATEWAY_VARS = ("gateway_fleet", "gateway_server_host")
-# Private names read across an owner, each with the step of issue #42 that removes it.
-FOREIGN_PRIVATE_ALLOWED = {
-    "playbooks/tasks/parity_slot.yml": "pivot",  # step 3: answer parity as a role with declared inputs
-}
+# Private names read across an owner, each with the reason (none left: parity_slot.yml fed the pivot's private
+# pivot__parity_* names to an undeclared entry point until answer parity became a role, issue #42).
+FOREIGN_PRIVATE_ALLOWED = {}
 
 
 def _tasks(node):

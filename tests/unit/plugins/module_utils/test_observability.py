@@ -111,12 +111,13 @@ def test_a_host_or_address_that_cannot_go_into_a_targets_file_is_refused():
 
 
 def test_the_textfile_says_what_the_pivot_records_say(prometheus_bin):
-    """The last record of a slot wins (records are named <UTC stamp>-<model>...); its figures reach the metrics as
-    recorded, and promtool finds the text well formed."""
+    """The last record of a slot wins (the one that ended last; records are named <UTC stamp of the end>-<model>...);
+    its figures reach the metrics as recorded, and promtool finds the text well formed."""
     passed = RECORDS["pivot-wakeback-record.json"]
     rolled_back = RECORDS["20261205T103249Z-gpuhost-llama1b-b-rolled-back.json"]
     named = [("20261205T103249Z-llama1b-b-rolled-back.json", dict(rolled_back, slot="batch")),
-             ("20261205T101500Z-llama1b-b.json", dict(passed, slot="batch", downtime_s=99.0)),
+             ("20261205T101500Z-llama1b-b.json", dict(passed, slot="batch", downtime_s=99.0,
+                                                      new_ready_at=rolled_back["rollback"]["serving_at"] - 1749)),
              ("20261205T104500Z-llama1b-a.json", passed), ("20261205T104400Z-cut-short.json", None)]
     slots = dict(SLOTS, default=dict(SLOTS["default"], pivot={"phase": "switching", "since": 1796466900.5}))
     text = obs.slot_metrics_text(slots, named, {"llama1b-a": A})
@@ -193,3 +194,20 @@ def test_a_folder_of_json_files_is_read_by_name_and_its_broken_files_skipped(tmp
     assert results_paths.read_json_files(str(tmp_path / "none")) == []
     with pytest.raises(OSError):
         results_paths.read_json_files(str(tmp_path), broken=(ValueError,))
+
+
+def test_a_slots_last_pivot_is_the_one_that_ended_last_whatever_its_file_is_called():
+    """Issue 42: a rolled-back record was named after the controller's clock, a committed one after the host's ready
+    time; the latest is read from the records' own end (record_time), the name only breaking ties."""
+    passed = {"slot": "default", "result": "passed", "new_ready_at": 200.0}
+    rolled_back = {"slot": "default", "result": "rolled_back", "rollback": {"serving_at": 300.0}}
+    other = {"slot": "b", "result": "passed", "new_ready_at": 100.0}
+    named = [("19700101T000459Z-a-rolled-back.json", rolled_back), ("19700101T000500Z-b.json", passed),
+             ("19700101T000140Z-c.json", other)]
+    assert obs.latest_records(named) == {"default": rolled_back, "b": other}
+    same_second = [("19700101T000320Z-b.json", dict(passed, new_ready_at=200.0)), ("19700101T000320Z-a.json", passed)]
+    assert obs.latest_records(same_second)["default"] is same_second[0][1]
+    # The pivot names its records through the owner's filter, which says what it was given.
+    assert path_filters.host_pivot_record_name("b", 300.0, True) == "19700101T000500Z-b-rolled-back.json"
+    with pytest.raises(AnsibleFilterError, match="host_pivot_record_name"):
+        path_filters.host_pivot_record_name("b", None)
