@@ -168,7 +168,7 @@ def record_time(record):
 
 def latest_records(named_records):
     """{slot: record}: each slot's latest pivot record, from (file name, record) pairs: the one that ended last
-    (record_time), the greatest name between records of the same second or without a time."""
+    (record_time; a record without a time comes before every timed one), the greatest name between equal times."""
     latest = {}
 
     def ended(pair):

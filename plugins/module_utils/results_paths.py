@@ -30,13 +30,13 @@ def pivot_record_path(results_dir, host, model):
 
 def host_pivot_record_name(model, ended_at, rolled_back=False):
     """<UTC stamp of ended_at>-<model>[-rolled-back].json: a pivot's record on its host, in the state dir's records
-    folder. One clock names it, the record's own end: the new model ready, or the previous one serving again after a
-    rollback (observability.record_time reads the same field back)."""
+    folder. Named after the end the record itself holds (the new model ready, as the host timed it, or the previous one
+    serving again after a rollback, as the controller did), which observability.record_time reads back."""
     if not model or '/' in str(model):
         raise ValueError('a pivot record is named after a catalog model name (no "/"); got %s' % json.dumps(model))
     try:
         stamp = time.strftime(HOST_RECORD_STAMP, time.gmtime(float(ended_at)))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError, OSError):
         raise ValueError('a pivot record is named after when the pivot ended (Unix seconds); got %s' % json.dumps(ended_at))
     return '%s-%s%s.json' % (stamp, model, ROLLED_BACK_SUFFIX if rolled_back else '')
 
