@@ -10,7 +10,7 @@ this runner keeps, so roles/service_deploy/files/wait-ready.py (the role's readi
 as `journalctl -u UNIT -n N` it prints the tail of the unit's log.
 
 What it does as systemd would: User=/Group= (with the user's groups), EnvironmentFile= over Environment=
-over systemd's own PATH/LANG/USER/LOGNAME/HOME/SHELL, CacheDirectory= (created, owned by the user),
+over systemd's own PATH/LANG/USER/LOGNAME/HOME/SHELL, CacheDirectory= and RuntimeDirectory= (created, owned by the user),
 WorkingDirectory=, LimitNOFILE=, LimitMEMLOCK=, NoNewPrivileges=, UMask=, ExecStartPre= (as root), Type=exec (start
 returns once the main process runs), KillMode=mixed and TimeoutStopSec= on stop, ActiveState failed when the
 main process exits non-zero. Specifiers: %C (/var/cache) and %%. Not emulated, and listed under "ignored" in
@@ -33,8 +33,8 @@ import traceback
 STATE_DIR = os.environ.get("LLMFLEET_UNIT_STATE_DIR", "/run/llmfleet-units")
 SPECIFIERS = {"C": "/var/cache", "%": "%"}
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-EMULATED = {"User", "Group", "EnvironmentFile", "Environment", "CacheDirectory", "WorkingDirectory", "ExecStartPre",
-            "ExecStart", "LimitNOFILE", "LimitMEMLOCK", "NoNewPrivileges", "UMask", "Type", "KillMode", "TimeoutStopSec"}
+EMULATED = {"User", "Group", "EnvironmentFile", "Environment", "CacheDirectory", "RuntimeDirectory", "WorkingDirectory",
+            "ExecStartPre", "ExecStart", "LimitNOFILE", "LimitMEMLOCK", "NoNewPrivileges", "UMask", "Type", "KillMode", "TimeoutStopSec"}
 PR_SET_NO_NEW_PRIVS = 38
 
 

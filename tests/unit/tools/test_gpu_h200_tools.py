@@ -42,7 +42,7 @@ def test_environment_file_unescapes_what_systemd_env_file_writes():
 
 def test_parse_unit_joins_continuations_and_lists_what_is_not_emulated():
     unit = unit_runner.parse_unit(
-        "[Unit]\nDescription=x\n[Service]\nUser=vllm\nEnvironmentFile=/etc/x.env\nCacheDirectory=c\n"
+        "[Unit]\nDescription=x\n[Service]\nUser=vllm\nEnvironmentFile=/etc/x.env\nCacheDirectory=c\nRuntimeDirectory=l/u\n"
         "WorkingDirectory=%C/c\nEnvironment=HOME=%C/c XDG_CACHE_HOME=%C/c\nExecStartPre=+/usr/bin/pre\n"
         "ExecStart=/opt/v/bin/vllm serve /m \\\n    --port 8000 \\\n    --served-model-name m\n"
         "LimitNOFILE=65536\nLimitMEMLOCK=infinity\nUMask=0077\nNoNewPrivileges=true\nTimeoutStopSec=120\n"
@@ -52,6 +52,7 @@ def test_parse_unit_joins_continuations_and_lists_what_is_not_emulated():
     assert unit["environment"] == {"HOME": "/var/cache/c", "XDG_CACHE_HOME": "/var/cache/c"}
     assert unit["workingdirectory"] == "/var/cache/c" and unit["umask"] == 0o077 and unit["timeout_stop_s"] == 120
     assert unit["limitmemlock"] == unit_runner.resource.RLIM_INFINITY and unit["no_new_privileges"] is True
+    assert unit["runtimedirectory"] == "l/u"
     assert unit["ignored"] == ["ProtectSystem=strict", "Restart=on-failure"]
 
 
@@ -92,16 +93,20 @@ def test_start_wait_ready_and_stop_a_real_process(state_dir):
         "class H(http.server.BaseHTTPRequestHandler):\n"
         "    def do_GET(self):\n"
         "        body = json.dumps({'uid': os.getuid(), 'cwd': os.getcwd(), 'foo': os.environ.get('FOO'),\n"
-        "                           'home': os.environ.get('HOME'), 'argv': sys.argv[1:]}).encode()\n"
+        "                           'home': os.environ.get('HOME'), 'argv': sys.argv[1:],\n"
+        "                           'run_dir_writable': os.access(sys.argv[3], os.W_OK)}).encode()\n"
         "        self.send_response(200); self.end_headers(); self.wfile.write(body)\n"
         "    def log_message(self, *a): pass\n"
         "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
     (state_dir / "u.env").write_text('FOO="bar \\"baz\\""\n')
     cache = "llmfleet-unit-runner-test-%d" % os.getpid()
+    # As systemd makes RuntimeDirectory= (the launcher's run directory, vllm-launch.py): the unit's user's, parents root's.
+    run_dir = "/run/%s/unit" % cache
     (state_dir / "u.service").write_text(
-        "[Service]\nUser=nobody\nEnvironmentFile=%s\nCacheDirectory=%s\nWorkingDirectory=%%C/%s\n"
-        "Environment=HOME=%%C/%s\nExecStartPre=+/bin/true\nExecStart=%s %s %d \"a b\"\nTimeoutStopSec=10\n"
-        % (state_dir / "u.env", cache, cache, cache, PYTHON_FOR_NOBODY, server, port))
+        "[Service]\nUser=nobody\nEnvironmentFile=%s\nCacheDirectory=%s\nRuntimeDirectory=%s/unit\n"
+        "WorkingDirectory=%%C/%s\nEnvironment=HOME=%%C/%s\nExecStartPre=+/bin/true\n"
+        "ExecStart=%s %s %d \"a b\" %s\nTimeoutStopSec=10\n"
+        % (state_dir / "u.env", cache, cache, cache, cache, PYTHON_FOR_NOBODY, server, port, run_dir))
     shims = state_dir / "shims"
     env = dict(os.environ, PATH="%s:%s" % (shims, os.environ["PATH"]))
     try:
@@ -114,10 +119,10 @@ def test_start_wait_ready_and_stop_a_real_process(state_dir):
         import urllib.request
         seen = json.loads(urllib.request.urlopen("http://127.0.0.1:%d/" % port, timeout=5).read())
         assert seen == {"uid": pwd.getpwnam("nobody").pw_uid, "cwd": "/var/cache/" + cache, "foo": 'bar "baz"',
-                        "home": "/var/cache/" + cache, "argv": [str(port), "a b"]}
+                        "home": "/var/cache/" + cache, "argv": [str(port), "a b", run_dir], "run_dir_writable": True}
     finally:
         stopped = unit_runner.stop("u.service")
-        subprocess.run(["rm", "-rf", "/var/cache/" + cache], check=False)
+        subprocess.run(["rm", "-rf", "/var/cache/" + cache, "/run/" + cache], check=False)
     assert stopped["was"] == "active" and stopped["active_state"] == "inactive"
     assert unit_runner.read_state("u.service")["MainPID"] == 0
 
