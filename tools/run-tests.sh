@@ -26,6 +26,9 @@ trap 'stop_images; exit 130' INT TERM
 # tools/ci/callback_plugins/shared_ansiballz_cache.py).
 export ANSIBLE_CALLBACK_PLUGINS=$repo/tools/ci/callback_plugins${ANSIBLE_CALLBACK_PLUGINS:+:$ANSIBLE_CALLBACK_PLUGINS}
 export LLMFLEET_ANSIBALLZ_CACHE=$repo/tests/output/ansiballz-cache
+# Each payload with its module_utils' bytecode beside their sources (checked hash-based pycs): a module run on a test
+# host compiled about 60 of them every time, a third of its CPU (tools/ci/callback_plugins/ansiballz_bytecode.py).
+export LLMFLEET_ANSIBALLZ_BYTECODE=1
 # Every playbook run's tasks and controller CPU, per test (tools/ci/callback_plugins/playbook_tally.py), summed per test
 # module at the end: where the Ansible half of the run's CPU goes.
 export LLMFLEET_PLAYBOOK_TALLY=$logs/playbooks.tsv

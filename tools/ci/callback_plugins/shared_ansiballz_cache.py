@@ -60,7 +60,9 @@ def _hash_tree(digest, root, plugins):
 def content_key():
     """sha256 of ansible-core's and Python's versions, every plugins/ file of the collections on the configured
     collections paths (the one under test), and the MANIFEST.json (its files' checksums) of each installed one."""
-    digest = hashlib.sha256(("%s\0%s\0" % (ansible_version, sys.version)).encode())
+    # Payloads with bytecode (ansiballz_bytecode.py) are kept apart from those without.
+    bytecode = os.environ.get("LLMFLEET_ANSIBALLZ_BYTECODE") == "1"
+    digest = hashlib.sha256(("%s\0%s\0bytecode=%s\0" % (ansible_version, sys.version, bytecode)).encode())
     configured = _collection_roots(C.COLLECTIONS_PATHS or [])
     installed = _collection_roots([p for p in sys.path if os.path.isdir(os.path.join(p, "ansible_collections"))])
     for root in configured + installed:
