@@ -29,6 +29,10 @@ export LLMFLEET_ANSIBALLZ_CACHE=$repo/tests/output/ansiballz-cache
 # Each payload with its module_utils' bytecode beside their sources (checked hash-based pycs): a module run on a test
 # host compiled about 60 of them every time, a third of its CPU (tools/ci/callback_plugins/ansiballz_bytecode.py).
 export LLMFLEET_ANSIBALLZ_BYTECODE=1
+# The test hosts' /var/cache/llmfleet (vLLM command lines accepted by its parser) is one folder for the whole run,
+# emptied here so that each run parses each line at least once (tools/testbed/testbed.sh).
+export TESTBED_ARGS_CACHE=$repo/tests/output/vllm-args-cache
+rm -rf "$TESTBED_ARGS_CACHE" && mkdir -p "$TESTBED_ARGS_CACHE"
 # Every playbook run's tasks and controller CPU, per test (tools/ci/callback_plugins/playbook_tally.py), summed per test
 # module at the end: where the Ansible half of the run's CPU goes.
 export LLMFLEET_PLAYBOOK_TALLY=$logs/playbooks.tsv

@@ -3,9 +3,10 @@ engine, while a continuous `openai` client talks only to the gateway, with the s
 failed request is counted.
 
 In order, on one host (slot `default`, alias `chat`):
-1. nothing -> tiny-llama-a without a gateway, then the same pivot with `-e pivot_gateway=true -e pivot_alias=chat`
-   (given once; the inventory sets neither): the serving slot moves behind the new gateway (vLLM restarts on
-   loopback); bad gateway input and a port change of the serving slot are refused before any change
+1. nothing -> tiny-llama-a without a gateway (on the STAND-IN vLLM server, tests/standin/vllm), then the same pivot
+   with `-e pivot_gateway=true -e pivot_alias=chat` (given once; the inventory sets neither): the serving slot moves
+   behind the new gateway (real vLLM starts on loopback); bad gateway input and a port change of the serving slot are
+   refused before any change
 2. blue/green tiny-llama-a -> tiny-llama-b with the README's command (`-e model=` only): the slot keeps its alias and
    gateway (host state) and the run says so; b starts on the slot's standby port beside a, passes its gate, takes
    the traffic. The controller is killed (SIGKILL) after the gateway switched and before a drained: the alias still
@@ -13,7 +14,8 @@ In order, on one host (slot `default`, alias `chat`):
    requests, downtime 0. A re-run changes nothing.
 3. rollback during load: a pivot back to tiny-llama-a whose gate cannot pass (blue/green: a starts beside b and is
    stopped again; b never stops). 0 failed requests. Then the same as stop-then-start (pivot_blue_green=false) while
-   long streams run: the streams in flight finish before b stops (the drain), later requests get 503 + Retry-After.
+   long streams run: the streams in flight finish before b stops (the drain), later requests get 503 + Retry-After
+   (a, and b after the rollback, on the stand-in).
 4. stop, then start (a new upstream commit of tiny-llama-b, armed in the model's other unit), killed right after the
    hand-over (the old revision stopped, the new one let go, nothing recorded): clients get 503 with Retry-After (also
    after a reload), and
@@ -61,6 +63,8 @@ GW_URL = f"http://127.0.0.1:{GW_PORT}"
 # Observability: the gateway's metrics listener, node_exporter in the test host, Prometheus on this machine.
 METRICS_PORT, NODE_PORT, PROM_PORT = 8591, 18591, 18590
 TESTBED_STATE = os.environ.get("TESTBED_STATE", "/var/lib/llmfleet-testbed")
+# The stand-in vLLM server (testbed.sh standin) for the one pivot whose new model only has to fail its gate.
+STANDIN_VENV = "/opt/vllm-standin"
 # A context of 2048 (the tiny models' positions; the catalog says 256): streams long enough to outlast the steps
 # between a gateway reload and the stop of the old model (test_stop_then_start_to_another_model_...).
 PORTS = {m: {"port": p, "serving": {"max_model_len": 2048}} for m, p in (("tiny-llama-a", A_PORT), ("tiny-llama-b", B_PORT))}
@@ -112,6 +116,7 @@ def pivot(tmp_path_factory, vllm_image, pivot_playbook):
     run.results, run.inventory = results, inv
     subprocess.run([HUB, "start", HUB_PORT], check=True)
     subprocess.run([TESTBED, "up", MACHINE, SSH_PORT, vllm_image], check=True, capture_output=True)
+    subprocess.run([TESTBED, "standin", MACHINE], check=True, capture_output=True)
     # Debian's node_exporter in the test host, reading the textfile directory the pivots write into.
     rootfs = os.path.join(TESTBED_STATE, MACHINE, "rootfs")
     subprocess.run(["install", "-D", "-m", "0755", os.path.join(debian_prometheus_bin(), "prometheus-node-exporter"),
@@ -122,7 +127,8 @@ def pivot(tmp_path_factory, vllm_image, pivot_playbook):
     prometheus = PrometheusServer(tmp_path_factory.mktemp("prometheus"), PROM_PORT, targets).start()
     run.prometheus, run.targets = prometheus, targets
     try:
-        first = run("-e", "model=tiny-llama-a", "-e", "pivot_gateway=false")
+        # The first server is the stand-in (issue 41: one real start fewer); the move behind the gateway starts real vLLM.
+        first = run("-e", "model=tiny-llama-a", "-e", "pivot_gateway=false", "-e", f"vllm_install_venv={STANDIN_VENV}")
         assert first.returncode == 0, first.stdout[-6000:]
         behind_gateway = run("-e", "model=tiny-llama-a", "-e", "pivot_gateway=true", "-e", "pivot_alias=chat")
         assert behind_gateway.returncode == 0, behind_gateway.stdout[-6000:]
@@ -304,7 +310,11 @@ def test_stop_then_start_to_another_model_lets_the_streams_in_flight_end(pivot):
     flight when the gateway closed runs to its end before b stops (the drain waits on b's own count from vLLM's
     /metrics); later requests get 503 with Retry-After. a's gate cannot pass: the pivot rolls back to b.
     On acfc22f (gateway reloaded before the drain, which read the new worker's sessions) the stream was cut after 525
-    of 1500 chunks ("EngineCore encountered an issue")."""
+    of 1500 chunks ("EngineCore encountered an issue").
+    The new model a is the STAND-IN vLLM server (STANDIN_VENV; tests/standin/vllm, held to real vLLM by
+    test_standin_contract.py), and so is b after the rollback: what is tested is the collection's drain, gateway and
+    rollback, while the stream in flight is on the real b, whose own count the drain reads (issue 41: two real starts
+    fewer). The next test's re-run brings the real b back when it rolls back to the recorded revision."""
     # One stream at a time, back to back with no pause (so one is in flight when the gateway closes): the one in flight
     # is the only one left (with a second worker, a stream begun after an early reload would hold the old drain until
     # the first had ended too). The same streams across a revision pivot of one model were not cut on acfc22f.
@@ -315,6 +325,7 @@ def test_stop_then_start_to_another_model_lets_the_streams_in_flight_end(pivot):
     with _client() as client:
         try:
             result = pivot("-e", "model=tiny-llama-a", "-e", "pivot_blue_green=false", "-e", "pivot_gate_min_output_tok_s=1e9",
+                           "-e", f"vllm_install_venv={STANDIN_VENV}",
                            at_task=("Write the new unit before anything stops", streams.start))
         finally:
             streams.stop()

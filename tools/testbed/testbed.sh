@@ -133,6 +133,11 @@ boot_machine() {
   local binds=()
   [[ -d /opt/wheels ]] && binds+=(--bind-ro=/opt/wheels)   # local wheels (torch CPU) where the machine has them
   [[ -n ${TESTBED_EXTRA_BIND:-} ]] && binds+=(--bind="$TESTBED_EXTRA_BIND")
+  # One cache of accepted vLLM command lines for every machine of a run (tools/run-tests.sh sets it, empty at the
+  # run's start): its key is the installation (interpreter, vLLM's version, files and their mtime) and the command
+  # lines, which machines booted from one image share, so a line vLLM's parser accepted on one is not parsed again on
+  # another (8-12 CPU-s each; plugins/modules/vllm_args_check.py).
+  [[ -n ${TESTBED_ARGS_CACHE:-} ]] && binds+=(--bind="$TESTBED_ARGS_CACHE:/var/cache/llmfleet")
   log "booting $name (ssh 127.0.0.1:$port)"
   local cgroup_env=()
   case $CGROUP_MODE in
