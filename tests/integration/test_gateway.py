@@ -27,7 +27,8 @@ every pivot writes (observability_prometheus_host=localhost) and scrapes the slo
 listener, HAProxy's own metrics and Debian's node_exporter, run in the test host with the textfile the pivots write.
 After the blue/green pivot the new model's series carry its labels and the old one's stop, the pivot metrics equal the
 pivot record, every dashboard query returns data and the metric contract passes on vLLM 0.32 (and catches a removed
-metric); the killed stop-then-start shows as a pivot in progress; with API keys the metrics listener wants one too.
+metric); the killed stop-then-start shows as a pivot in progress; with API keys the metrics listener wants one too, and
+with metrics-only keys it wants one of those and no API key.
 """
 from __future__ import annotations
 
@@ -199,6 +200,13 @@ BAD_GATEWAY_INPUT = [
      "observability_target_labels: the label slot clashes with a label the collection sets"),
     (["-e", "observability_targets_dir=READONLY"], "observability_targets_dir READONLY on localhost cannot be written"),
     (["-e", f"gateway_metrics_port={GW_PORT}"], "gateway_metrics_port must be 0 (no metrics listener) or a TCP port"),
+    # Issue 43: metrics-only keys as the API keys are checked, never one key in both lists; a loopback metrics listener
+    # (the default) that Prometheus would scrape at another address.
+    (["-e", '{"gateway_metrics_api_keys": ["sk-fine", "sk bad"]}'], "gateway_metrics_api_keys: 1 of the 2 keys (number 2; values not shown)"),
+    (["-e", '{"gateway_api_keys": ["sk-both"], "gateway_metrics_api_keys": ["sk-both"]}'],
+     "a metrics-only key must not be an API key"),
+    (["-e", "observability_scrape_address=10.9.8.7"],
+     "binds 127.0.0.1 (gateway_metrics_bind_address, loopback by default) but Prometheus scrapes it at 10.9.8.7"),
 ]
 # On the real CLI: a number given as a string, a JSON list, a path on the controller made read-only for the test.
 ON_THE_CLI = (0, 4, 13)
@@ -562,15 +570,20 @@ def _gateway_status(path: str, *authorization: str, port: int = GW_PORT) -> int:
 # Last in the module: the gateway keeps the keys afterwards.
 def test_gateway_api_keys_let_in_exactly_the_configured_keys(pivot, tmp_path):
     """gateway_api_keys from a 0600 vars file (-e @file; keys never on a command line): exactly those keys pass as
-    "Authorization: Bearer <key>"; "Bearer" alone, a wrong key, no header and a list of values get 401; /health 200."""
-    keys = ["sk-itest-one", "sk-itest-two"]
+    "Authorization: Bearer <key>"; "Bearer" alone, a wrong key, no header and a list of values get 401; /health 200.
+    A metrics-only key (gateway_metrics_api_keys, issue 43) opens the metrics listener and not the API, which no API key
+    opens; vLLM's dev paths stay 404 with a key even when every path is public (gateway_public_path_prefixes: [/])."""
+    keys, metrics_key = ["sk-itest-one", "sk-itest-two"], "sk-itest-metrics"
     vars_file = tmp_path / "gateway-keys.json"
     vars_file.touch(mode=0o600)
-    vars_file.write_text(json.dumps({"gateway_api_keys": keys}))
+    vars_file.write_text(json.dumps({"gateway_api_keys": keys, "gateway_metrics_api_keys": [metrics_key],
+                                     "gateway_public_path_prefixes": ["/"]}))
     result = pivot("-e", f"model={_slot()['model']}", "-e", f"@{vars_file}")
     assert result.returncode == 0, result.stdout[-6000:]
-    assert not any(key in result.stdout + result.stderr for key in keys)
-    assert _ssh("stat -c '%a %U' /etc/haproxy/llmfleet-keys.map") == "600 root"
+    assert not any(key in result.stdout + result.stderr for key in keys + [metrics_key])
+    assert _ssh("stat -c '%a %U' /etc/haproxy/llmfleet-keys.map /etc/haproxy/llmfleet-metrics-keys.map").split("\n") == ["600 root"] * 2
+    dev = {path: _gateway_status(path, f"Bearer {keys[0]}") for path in ("/sleep", "/is_sleeping", "/server_info", "/%73leep")}
+    assert dev == dict.fromkeys(dev, 404) and _gateway_status("/version", f"Bearer {keys[0]}") == 200, dev
     statuses = {
         "Bearer k1": _gateway_status("/v1/models", f"Bearer {keys[0]}"),
         "Bearer k2": _gateway_status("/v1/models", f"Bearer {keys[1]}"),
@@ -580,29 +593,38 @@ def test_gateway_api_keys_let_in_exactly_the_configured_keys(pivot, tmp_path):
         "junk, Bearer": _gateway_status("/v1/models", "junk, Bearer"),
         "k1 without Bearer": _gateway_status("/v1/models", keys[0]),
         "two headers": _gateway_status("/v1/models", "Bearer wrong", f"Bearer {keys[0]}"),
+        "metrics key": _gateway_status("/v1/models", f"Bearer {metrics_key}"),
         "/health": _gateway_status("/health"),
     }
     assert statuses == {"Bearer k1": 200, "Bearer k2": 200, "Bearer": 401, "Bearer wrong": 401, "no header": 401,
-                        "junk, Bearer": 401, "k1 without Bearer": 401, "two headers": 401, "/health": 200}, statuses
-    # The metrics listener wants the same keys; Prometheus scrapes again once its scrape config has one.
+                        "junk, Bearer": 401, "k1 without Bearer": 401, "two headers": 401, "metrics key": 401,
+                        "/health": 200}, statuses
+    # The metrics listener wants the metrics-only key, and no API key; Prometheus scrapes again once its scrape config
+    # has the metrics key.
     metrics = {(path, auth): _gateway_status(path, *auth, port=METRICS_PORT)
                for path in ("/metrics", "/slot/default/metrics", "/slot/nope/metrics")
-               for auth in ((), ("Bearer wrong",), (f"Bearer {keys[0]}",))}
-    assert metrics == {("/metrics", ()): 401, ("/metrics", ("Bearer wrong",)): 401, ("/metrics", (f"Bearer {keys[0]}",)): 200,
-                       ("/slot/default/metrics", ()): 401, ("/slot/default/metrics", ("Bearer wrong",)): 401,
-                       ("/slot/default/metrics", (f"Bearer {keys[0]}",)): 200, ("/slot/nope/metrics", ()): 401,
-                       ("/slot/nope/metrics", ("Bearer wrong",)): 401, ("/slot/nope/metrics", (f"Bearer {keys[0]}",)): 404}, metrics
+               for auth in ((), (f"Bearer {keys[0]}",), (f"Bearer {metrics_key}",))}
+    assert metrics == {("/metrics", ()): 401, ("/metrics", (f"Bearer {keys[0]}",)): 401, ("/metrics", (f"Bearer {metrics_key}",)): 200,
+                       ("/slot/default/metrics", ()): 401, ("/slot/default/metrics", (f"Bearer {keys[0]}",)): 401,
+                       ("/slot/default/metrics", (f"Bearer {metrics_key}",)): 200, ("/slot/nope/metrics", ()): 401,
+                       ("/slot/nope/metrics", (f"Bearer {keys[0]}",)): 401, ("/slot/nope/metrics", (f"Bearer {metrics_key}",)): 404}, metrics
+    # The listener binds loopback by default (gateway_metrics_bind_address), the API every address (gateway_bind_address).
+    listeners = _ssh(f"ss -Hltn 'sport = :{METRICS_PORT}'; ss -Hltn 'sport = :{GW_PORT}'")
+    assert f"127.0.0.1:{METRICS_PORT}" in listeners and f"0.0.0.0:{METRICS_PORT}" not in listeners, listeners
+    assert f"0.0.0.0:{GW_PORT}" in listeners, listeners
     prom = pivot.prometheus
     prom.wait_query('up{job=~"llmfleet_vllm|llmfleet_gateway"} == 0', lambda r: len(r) == 2)
     credentials = tmp_path / "prometheus-credentials"
     credentials.touch(mode=0o600)
-    credentials.write_text(keys[1])
+    credentials.write_text(metrics_key)
     prom.reload(str(credentials))
     prom.wait_query('up{job=~"llmfleet_vllm|llmfleet_gateway"} == 1', lambda r: len(r) == 2)
-    # The keys are what the gateway promises its clients: a later run that does not give them keeps them.
+    # The keys are what the gateway promises its clients: a later run that does not give them keeps them (both kinds).
     kept = pivot("-e", f"model={_slot()['model']}")
     assert kept.returncode == 0, kept.stdout[-6000:]
     assert (_gateway_status("/v1/models"), _gateway_status("/v1/models", f"Bearer {keys[1]}")) == (401, 200)
+    assert (_gateway_status("/metrics", f"Bearer {keys[1]}", port=METRICS_PORT),
+            _gateway_status("/metrics", f"Bearer {metrics_key}", port=METRICS_PORT)) == (401, 200)
     # A map an older release wrote ("Bearer <key> ok", whose first word HAProxy took as the key): a run that gives no
     # keys keeps the keys themselves, not "Bearer".
     old_map = os.path.join(os.environ.get("TESTBED_STATE", "/var/lib/llmfleet-testbed"), MACHINE, "rootfs", "etc", "haproxy",

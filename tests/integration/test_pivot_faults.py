@@ -510,10 +510,18 @@ BAD_SLOT_REQUESTS = [
         _catalog_entry("tiny-llama-b"), port=8403, serving=dict(_catalog_entry("tiny-llama-b")["serving"], trust_remote_code=True))})})],
      'tiny-llama-c runs the Python code of its repo (trust_remote_code), and revision "main" is not a full commit (a branch,'
      " a tag or a short commit) and can move to code nobody reviewed (now commit "),
-    # Issue #33 item 5: the CPU engine cannot sleep; rollback by wake is refused by name.
-    (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", "pivot_gateway=true", "-e", "pivot_sleep_previous=true"],
+    # Issue #33 item 5: the CPU engine cannot sleep; rollback by wake is refused by name (with the host's other users
+    # accepted, below).
+    (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", "pivot_gateway=true", "-e", "pivot_sleep_previous=true",
+      "-e", "pivot_sleep_accept_local_users=true"],
      "pivot_sleep_previous=true: tiny-llama-c runs on the cpu engine, and vLLM's sleep mode"),
+    # Issue 43 item 2: sleep mode's dev-mode endpoints need no key on loopback: on a host where others can log in (the
+    # bulk test adds one, LOGIN_USER) sleep mode is refused, naming them, unless accepted.
+    (["-e", "slot=c", "-e", "model=tiny-llama-c", "-e", "pivot_gateway=true", "-e", "pivot_sleep_previous=true"],
+     "the local users llmfleet-itest-login could call the dev-mode endpoints of a sleeping model's server on 127.0.0.1"),
 ]
+# A login user of the test host while the bulk refusals run (sleep mode is refused where others can log in).
+LOGIN_USER = "llmfleet-itest-login"
 # On the real CLI: a string where a slot name is wanted, a number given as a string, the host's own name in the message.
 ON_THE_CLI = (0, 6, 8)
 
@@ -537,7 +545,12 @@ def test_bad_slot_requests_fail_before_any_change(pivot, extra, message):
 def test_bad_slot_requests_in_bulk_each_fail_before_any_change(pivot, tmp_path):
     a_pid, b_pid, state = _main_pid("tiny-llama-a"), _b_main_pid(), _slots()
     cases = [case for i, case in enumerate(BAD_SLOT_REQUESTS) if i not in ON_THE_CLI]
-    result, refusals = bulk_refusals.run(pivot.inventory, MACHINE, _bad_slot_request_args(), [e for e, _m in cases], tmp_path)
+    _ssh(f"useradd --create-home --shell /bin/bash {LOGIN_USER}")
+    try:
+        result, refusals = bulk_refusals.run(pivot.inventory, MACHINE, _bad_slot_request_args(), [e for e, _m in cases],
+                                             tmp_path)
+    finally:
+        _ssh(f"userdel --remove {LOGIN_USER}")
     assert result.returncode == 0, result.stdout[-4000:]  # every case's failure was rescued and written down
     for (extra, message), refusal in zip(cases, refusals):
         assert message in refusal, (extra, refusal)
