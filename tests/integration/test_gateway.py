@@ -3,10 +3,9 @@ engine, while a continuous `openai` client talks only to the gateway, with the s
 failed request is counted.
 
 In order, on one host (slot `default`, alias `chat`):
-1. nothing -> tiny-llama-a without a gateway (on the STAND-IN vLLM server, tests/standin/vllm), then the same pivot
-   with `-e pivot_gateway=true -e pivot_alias=chat` (given once; the inventory sets neither): the serving slot moves
-   behind the new gateway (real vLLM starts on loopback); bad gateway input and a port change of the serving slot are
-   refused before any change
+1. nothing -> tiny-llama-a without a gateway, then the same pivot with `-e pivot_gateway=true -e pivot_alias=chat`
+   (given once; the inventory sets neither): the serving slot moves behind the new gateway (vLLM restarts on
+   loopback); bad gateway input and a port change of the serving slot are refused before any change
 2. blue/green tiny-llama-a -> tiny-llama-b with the README's command (`-e model=` only): the slot keeps its alias and
    gateway (host state) and the run says so; b starts on the slot's standby port beside a, passes its gate, takes
    the traffic. The controller is killed (SIGKILL) after the gateway switched and before a drained: the alias still
@@ -128,8 +127,7 @@ def pivot(tmp_path_factory, vllm_image, pivot_playbook):
     prometheus = PrometheusServer(tmp_path_factory.mktemp("prometheus"), PROM_PORT, targets).start()
     run.prometheus, run.targets = prometheus, targets
     try:
-        # The first server is the stand-in (issue 41: one real start fewer); the move behind the gateway starts real vLLM.
-        first = run("-e", "model=tiny-llama-a", "-e", "pivot_gateway=false", "-e", f"vllm_install_venv={STANDIN_VENV}")
+        first = run("-e", "model=tiny-llama-a", "-e", "pivot_gateway=false")
         assert first.returncode == 0, first.stdout[-6000:]
         behind_gateway = run("-e", "model=tiny-llama-a", "-e", "pivot_gateway=true", "-e", "pivot_alias=chat")
         assert behind_gateway.returncode == 0, behind_gateway.stdout[-6000:]
