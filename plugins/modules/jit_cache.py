@@ -63,8 +63,7 @@ options:
   serve_args:
     description:
       - What else the compiled files depend on - the path vLLM serves, the serving flags (as the unit renders them,
-        without host, port and served names) and the engine's environment (roles/service_deploy's
-        C(service_deploy__jit_key_args)).
+        without host, port and served names) and the engine's environment (roles/service_deploy builds the list).
     type: list
     elements: str
     required: true
@@ -100,6 +99,10 @@ notes:
 """
 
 EXAMPLES = r"""
+- name: Look up the model's catalog entry
+  ansible.builtin.set_fact:
+    entry: "{{ 'kimi-k25-int4' | llmfleet.vllm.catalog_entry }}"
+
 - name: Record the JIT caches a start built (after the new model passed its gate)
   llmfleet.vllm.jit_cache:
     cache_dir: /var/cache/llmfleet-vllm
@@ -107,7 +110,7 @@ EXAMPLES = r"""
     venv: /opt/vllm
     device: NVIDIA H100 80GB HBM3 sm_90
     model_config: /srv/models/kimi-k25-int4/config.json
-    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.vllm_serve_args }}"
+    serve_args: "{{ entry.serving | llmfleet.vllm.vllm_serve_args }}"
 
 - name: Verify them before the next start (set aside when they differ)
   llmfleet.vllm.jit_cache:
@@ -116,8 +119,8 @@ EXAMPLES = r"""
     venv: /opt/vllm
     device: NVIDIA H100 80GB HBM3 sm_90
     model_config: /srv/models/kimi-k25-int4/config.json
-    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.vllm_serve_args }}"
-  register: pivot__jit
+    serve_args: "{{ entry.serving | llmfleet.vllm.vllm_serve_args }}"
+  register: jit_verified
 
 - name: The canary's caches, as a copy for the fleet
   llmfleet.vllm.jit_cache:
@@ -127,7 +130,7 @@ EXAMPLES = r"""
     venv: /opt/vllm
     device: NVIDIA H100 80GB HBM3 sm_90
     model_config: /srv/models/kimi-k25-int4/config.json
-    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.vllm_serve_args }}"
+    serve_args: "{{ entry.serving | llmfleet.vllm.vllm_serve_args }}"
 
 - name: Seed another host with that copy, checked against the manifest of the revision lock
   llmfleet.vllm.jit_cache:
@@ -135,11 +138,11 @@ EXAMPLES = r"""
     state: seeded
     source: /var/cache/llmfleet-vllm/jit-seed.tar
     remove_source: true
-    manifest: "{{ rollout__lock.jit_cache }}"
+    manifest: "{{ revision_lock.jit_cache }}"
     venv: /opt/vllm
     device: NVIDIA H100 80GB HBM3 sm_90
     model_config: /srv/models/kimi-k25-int4/config.json
-    serve_args: "{{ pivot__entry.serving | llmfleet.vllm.vllm_serve_args }}"
+    serve_args: "{{ entry.serving | llmfleet.vllm.vllm_serve_args }}"
 """
 
 RETURN = r"""
