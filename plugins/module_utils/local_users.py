@@ -5,15 +5,16 @@ from __future__ import annotations
 
 # login.defs' UID_MIN on Debian and the Red Hat family: below are system accounts (vllm, llmfleet-seed, daemons).
 UID_MIN = 1000
-# nobody (65534) and the shells that refuse a login.
+# nobody (65534) and the shells that refuse a login (an empty shell is /bin/sh: passwd(5)).
 UID_NOBODY = 65534
-NO_LOGIN_SHELLS = ('', '/bin/false', '/usr/bin/false', '/bin/true', '/usr/bin/true')
+NO_LOGIN_SHELLS = ('/bin/false', '/usr/bin/false', '/bin/true', '/usr/bin/true')
 
 
 def login_users(passwd):
     """The names of the accounts with a login (uid UID_MIN..65533, a shell that is not nologin or false), sorted.
 
-    passwd: ansible.builtin.getent's ``getent_passwd`` ({name: [password, uid, gid, gecos, home, shell]})."""
+    passwd: ansible.builtin.getent's ``getent_passwd`` ({name: [password, uid, gid, gecos, home, shell]}). Accounts of a
+    directory (LDAP, SSSD) that getent does not enumerate are not seen (docs/security.md)."""
     users = []
     for name, fields in (passwd or {}).items():
         fields = list(fields) + [''] * (6 - len(fields))

@@ -97,6 +97,7 @@ reasoning_parsers:
   elements: str
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -270,9 +271,15 @@ def read_cache(path):
 
 
 def remember(path, key, report):
-    cache = read_cache(path)
-    cache[key] = report
-    atomic_write(path, json.dumps(dict(list(cache.items())[-64:])))
+    """Add one accepted report, under a lock beside the cache: runs side by side (two slots, or hosts sharing the
+    folder) each keep their entry. The cache may lose its last entries to a power cut (it is parsed again then)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, 0o755, exist_ok=True)
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cache = read_cache(path)
+        cache[key] = report
+        atomic_write(path, json.dumps(dict(list(cache.items())[-64:])), durable=False)
 
 
 def main():

@@ -73,5 +73,10 @@ def test_a_run_with_the_callback_sends_bytecode_and_its_modules_still_answer(tmp
     cached = module_common._CachedModule.load(str(shared / key / "ansible.modules.command-ZIP_DEFLATED-none"))  # pylint: disable=protected-access
     with zipfile.ZipFile(io.BytesIO(base64.b64decode(cached.zip_data))) as archive:
         names = set(archive.namelist())
-    sources = {n for n in names if n.endswith(".py")}
-    assert "ansible/module_utils/basic.py" in sources and {n + "c" for n in sources} <= names
+        sources = {n for n in names if n.endswith(".py")}
+        assert "ansible/module_utils/basic.py" in sources and {n + "c" for n in sources} <= names
+        # Each one this Python's, checked against its source's hash (PEP 552: magic, flags, source hash, code).
+        for name in ("ansible/module_utils/basic.py", "ansible/modules/command.py"):
+            pyc, source = archive.read(name + "c"), archive.read(name)
+            assert pyc[:4] == importlib.util.MAGIC_NUMBER and int.from_bytes(pyc[4:8], "little") == 0b11, name
+            assert pyc[8:16] == importlib.util.source_hash(source), name

@@ -6,7 +6,9 @@ files are source: Python compiles about 60 of them at every run, 60 ms of a triv
 box (docs/testbed.md), for each of the suite's ~5,000 module runs. Beside each `X.py` of the zip this callback writes
 `X.pyc`: the same file compiled by the controller's Python, as a checked hash-based pyc (PEP 552), which zipimport
 uses only when the source's hash in the pyc matches the `X.py` beside it and the Python's magic number matches;
-otherwise it compiles the source as before. The code that runs is the source's, byte for byte.
+otherwise it compiles the source as before. The code that runs is compiled from the same source; what differs is the
+file name its code objects carry (`ansible/module_utils/basic.py`, not the payload's path on the host): tracebacks of
+module runs name that, and ansible-core cannot tell which plugin a deprecation warning raised in such code came from.
 Enabled by tools/run-tests.sh (`make test`, CI) through ANSIBLE_CALLBACK_PLUGINS and LLMFLEET_ANSIBALLZ_BYTECODE=1,
 never by anything in roles/ or playbooks/; its payloads are cached apart (shared_ansiballz_cache's key names it)."""
 from __future__ import annotations
@@ -52,7 +54,7 @@ class BytecodeZipFile(zipfile.ZipFile):
         source = data.encode() if isinstance(data, str) else bytes(data)
         try:
             pyc = bytecode_of(source, name)
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             return  # zipimport compiles it, and reports the error, as without this callback
         info = zipfile.ZipInfo(name + "c", getattr(zinfo_or_arcname, "date_time", (1980, 1, 1, 0, 0, 0)))
         info.compress_type = getattr(zinfo_or_arcname, "compress_type", self.compression)

@@ -60,9 +60,12 @@ def _hash_tree(digest, root, plugins):
 def content_key():
     """sha256 of ansible-core's and Python's versions, every plugins/ file of the collections on the configured
     collections paths (the one under test), and the MANIFEST.json (its files' checksums) of each installed one."""
-    # Payloads with bytecode (ansiballz_bytecode.py) are kept apart from those without.
+    # Payloads with bytecode are kept apart from those without, and from those an older ansiballz_bytecode.py wrote.
     bytecode = os.environ.get("LLMFLEET_ANSIBALLZ_BYTECODE") == "1"
     digest = hashlib.sha256(("%s\0%s\0bytecode=%s\0" % (ansible_version, sys.version, bytecode)).encode())
+    if bytecode:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ansiballz_bytecode.py"), "rb") as handle:
+            digest.update(hashlib.sha256(handle.read()).digest())
     configured = _collection_roots(C.COLLECTIONS_PATHS or [])
     installed = _collection_roots([p for p in sys.path if os.path.isdir(os.path.join(p, "ansible_collections"))])
     for root in configured + installed:

@@ -13,13 +13,13 @@ def test_only_accounts_with_a_uid_of_a_person_and_a_login_shell_count():
         "bob": ["x", "1001", "1001", "", "/home/bob", "/bin/zsh"],
         "locked": ["x", "1002", "1002", "", "/home/locked", "/usr/sbin/nologin"],
         "false": ["x", "1003", "1003", "", "/", "/bin/false"],
-        "noshell": ["x", "1004", "1004", "", "/", ""],
+        "emptyshell": ["x", "1004", "1004", "", "/", ""],  # /bin/sh (passwd(5))
         "nobody": ["x", "65534", "65534", "", "/nonexistent", "/bin/sh"],
         "oldnologin": ["x", "1005", "1005", "", "/", "/sbin/nologin"],
         "broken": ["x", "not-a-uid", "1", "", "/", "/bin/sh"],
-        "short": ["x", "1006"],
+        "short": ["x", "1006"],  # no shell field: /bin/sh too (refusing is the safe side)
     }
-    assert local_users.login_users(passwd) == ["alice", "bob"]
+    assert local_users.login_users(passwd) == ["alice", "bob", "emptyshell", "short"]
 
 
 def test_no_accounts_no_users():

@@ -107,3 +107,22 @@ def test_the_parse_runs_as_the_service_user_and_root_runs_no_pth_file_of_the_ven
         assert rc != 0 and "user no-such-user-here: no such user on this host" in unknown["msg"], unknown
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_runs_that_remember_side_by_side_each_keep_their_entries(tmp_path):
+    """Test hosts of one run share one cache folder (tools/testbed/testbed.sh, TESTBED_ARGS_CACHE), and two slots of a
+    host may check at once: every remembered entry stays (a lock around the read and the write)."""
+    cache = str(tmp_path / "cache" / "accepted.json")
+    children = []
+    for writer in range(3):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                for n in range(15):
+                    vllm_args_check.remember(cache, "w%d-%02d" % (writer, n), {"ok": True})
+            finally:
+                os._exit(0)  # pylint: disable=protected-access
+        children.append(pid)
+    for pid in children:
+        assert os.waitpid(pid, 0)[1] == 0
+    assert len(vllm_args_check.read_cache(cache)) == 45
