@@ -192,8 +192,9 @@ def test_every_output_of_a_role_is_declared_or_documented(role):
 
 SLOT_OWNER = "roles/slot/"
 STATE_MODULES = ("llmfleet.vllm.host_slots", "llmfleet.vllm.host_lock")
-# The gateway's entry points that change what it sends where: rendering it (main, configure) and a server's state.
-SWITCHING_ENTRIES = ("main", "configure", "server")
+# The gateway's entry points that change what it sends where: rendering it (main, configure), a server's state and a
+# slot's window at the request hold (issue 44).
+SWITCHING_ENTRIES = ("main", "configure", "server", "hold")
 # A fleet gateway (rollout.yml) is no host's gateway: the fleet's own plays set it up directly.
 FLEET_GATEWAY_VARS = ("gateway_fleet", "gateway_server_host")
 # Private names read across an owner, each with the reason (none left: parity_slot.yml fed the pivot's private
@@ -243,7 +244,7 @@ def test_only_the_slot_role_writes_a_hosts_slots_and_lock_and_switches_its_gatew
     own = [line for relative, document in _yaml_files(SLOT_OWNER)
            for line in _slot_state_writers("elsewhere/" + relative, document)]
     assert {line.split(": ", 1)[1].split(" (")[0] for line in own} >= {
-        "llmfleet.vllm.host_slots", "llmfleet.vllm.host_lock", "gateway configure", "gateway server"}, own
+        "llmfleet.vllm.host_slots", "llmfleet.vllm.host_lock", "gateway configure", "gateway server", "gateway hold"}, own
 
 
 def test_the_check_catches_a_state_write_or_a_gateway_switch_elsewhere():

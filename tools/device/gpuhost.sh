@@ -300,7 +300,7 @@ jit_seed_prep() {
 client_start() {
   rm -f $RES/client.stop
   inside systemd-run --unit=gpuhost-client --collect -p StandardOutput=append:$RES/client.log -p StandardError=append:$RES/client.log \
-    $PY $CARRY/tools/continuous_client.py --base-url http://127.0.0.1:8080/v1 --model chat --workers 4 --seconds 3000 \
+    $PY $CARRY/tools/continuous_client.py --base-url http://127.0.0.1:8080/v1 --model chat --workers 4 --seconds 3000 --timeout-s 400 \
     --stop-file $RES/client.stop --output $RES/client.json || return 1
   inside systemd-run --unit=gpuhost-nvml --collect -p StandardOutput=append:$RES/nvml-timeline.log \
     -p StandardError=append:$RES/nvml-timeline.log $PY $CARRY/tools/nvml_timeline.py $RES/nvml-timeline.jsonl $RES/client.stop

@@ -138,11 +138,13 @@ def main():
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--max-requests", type=int, default=20000)
+    parser.add_argument("--timeout-s", type=float, default=60,
+                        help="a request's own timeout (above the gateway's gateway_hold_s to see held requests answered)")
     parser.add_argument("--stop-file", help="stop once this file exists")
     parser.add_argument("--output", help="write the summary and every request here (JSON) instead of stdout")
     args = parser.parse_args()
     client = ContinuousClient(args.base_url, args.model, api_key=args.api_key, workers=args.workers,
-                              max_requests=args.max_requests, max_seconds=args.seconds).start()
+                              max_requests=args.max_requests, max_seconds=args.seconds, timeout_s=args.timeout_s).start()
     try:
         while any(t.is_alive() for t in client._threads):  # pylint: disable=protected-access
             if args.stop_file and os.path.exists(args.stop_file):
