@@ -65,6 +65,13 @@ keep = re.compile(r"systemd\[1\]: (Start|Stopp|Stopped|Deactivated)|version 0\.2
 lines = [line for line in open(os.path.join(res, "journal-units.txt"))
          if ("vllm-gpuhost" in line or "llmfleet-asleep" in line) and keep.search(line) and "POST /v1" not in line]
 write("journal-vllm.txt", "".join(lines))
+# The gateway's access log lines that say more than "served" (issue 44: held, refused at a bound, sent to the admitted
+# port by the hold, 503), its maintenance and reload lines, and how many request lines there were in all.
+gateway_log = os.path.join(res, "journal-gateway.txt")
+if os.path.exists(gateway_log):
+    lines = open(gateway_log).read().splitlines()
+    said = [line for line in lines if re.search(r'hold:"[^"]|" 503 | 503 [0-9]+ - |llmfleet_held/|maintenance|Reload', line)]
+    write("journal-gateway.txt", "# %d request lines in all\n%s\n" % (sum('"POST /v1/' in line for line in lines), "\n".join(said)))
 for name in ("hub-repos.txt", "hub-publish.txt", "inspect-gpuhost-llama1b-b.json", "expiry.txt", "cache-sizes.txt",
              "cache-fleet.txt", "cache-seed.txt"):
     if not os.path.exists(os.path.join(res, name)):
