@@ -171,7 +171,10 @@ def check_record(rec, model, concurrency):
 
 
 def test_two_models_compared(stream_server, tmp_path):
-    slow = stream_server("--model-name", "model-old", "--token-delay", "0.004")
+    # 8 ms against 1 ms a token: under make test's load the 1 ms sleeps stretch, and with 4 ms against 1 ms an
+    # interleaved run of 4 rounds once read 2,311 ± 1,529 against 662 ± 124 tok/s at concurrency 4 ("no significant
+    # difference", 2026-12-07); the verdict is what is asserted, not the size of the speedup.
+    slow = stream_server("--model-name", "model-old", "--token-delay", "0.008")
     fast = stream_server("--model-name", "model-new", "--token-delay", "0.001")
     rc, old, out = run_role(tmp_path, base_vars(tmp_path, slow.base_url, benchmark_time_to_ready_s=780.0))
     assert rc == 0 and old["ok"], out
