@@ -140,7 +140,8 @@ def pivot(tmp_path_factory, vllm_image, pivot_playbook):
 
 
 def _client() -> ContinuousClient:
-    return ContinuousClient(GW_URL + "/v1", "chat", max_seconds=1200)
+    # A request's own timeout above what the gateway may hold it (gateway_hold_s, 300): a held request is answered.
+    return ContinuousClient(GW_URL + "/v1", "chat", max_seconds=1200, timeout_s=360)
 
 
 def _gateway_answer(method: str, path: str, body: dict | None = None) -> tuple:
