@@ -69,13 +69,35 @@ def model_hosts(root, models=MODELS, **variables):
     return {m: dict(variables, service_deploy_model=m, service_deploy_render_root=str(root)) for m in models}
 
 
+# Beside the golden units, in the same run (one ansible-playbook run per set-up, not one per test: issue 41), the hosts
+# of the tests below that render one variant each, every one under a root of its own.
+def variant_hosts(tmp):
+    return {
+        'shutdown': {'service_deploy_model': 'tiny-llama-a', 'service_deploy_render_root': str(tmp / 'shutdown'),
+                     'service_deploy_shutdown_timeout_s': '60'},
+        'extra-device': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(tmp / 'extra-device'),
+                         'service_deploy_device_allow_extra': ['char-gdrdrv rw', '/dev/infiniband/rdma_cm\nUser=root rw']},
+        'check-mode': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(tmp / 'check-mode')},
+        'fast': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(tmp / 'fast')},
+        'spawn': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(tmp / 'spawn'),
+                  'service_deploy_environment': {'VLLM_WORKER_MULTIPROC_METHOD': 'spawn'},
+                  'service_deploy_unit_name': 'vllm-minimax-m25-alt.service'},
+        'plain': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(tmp / 'plain'),
+                  'service_deploy_fast_start': 'false'},
+    }
+
+
+# The second run (idempotence) renders a large model's unit and the tiny one again: the same tasks as every model's.
+IDEMPOTENCE_MODELS = ('kimi-k25-int4', 'tiny-llama-a')
+
+
 @pytest.fixture(scope='module')
 def rendered(tmp_path_factory):
     tmp = tmp_path_factory.mktemp('render')
     root = tmp / 'root'
-    first = run_hosts(tmp, model_hosts(root, service_deploy_api_key=API_KEY))
+    first = run_hosts(tmp, dict(model_hosts(root, service_deploy_api_key=API_KEY), **variant_hosts(tmp)))
     assert first['rc'] == 0, first['raw']
-    second = run_hosts(tmp, model_hosts(root, service_deploy_api_key=API_KEY))
+    second = run_hosts(tmp, model_hosts(root, IDEMPOTENCE_MODELS, service_deploy_api_key=API_KEY))
     return {'tmp': tmp, 'root': root, 'first': first, 'second': second}
 
 
@@ -90,6 +112,7 @@ def test_unit_matches_golden(rendered, model):
 
 def test_second_render_changes_nothing(rendered):
     assert all(stats['changed'] > 0 for stats in rendered['first']['stats'].values())
+    assert set(rendered['second']['stats']) == set(IDEMPOTENCE_MODELS), rendered['second']['stats']
     assert all(stats['changed'] == 0 and stats['failed'] == 0 for stats in rendered['second']['stats'].values()), \
         rendered['second']['stats']
 
@@ -225,12 +248,8 @@ def test_sandbox_keeps_what_gpu_serving_needs():
                 'TRITON_CACHE_DIR=%C/llmfleet-vllm/.triton/cache') in settings, model
 
 
-def test_extra_device_allow_entries(systemd_analyze, tmp_path):
-    root = tmp_path / 'root'
-    report = run_hosts(tmp_path, model_hosts(root, ['minimax-m25'], service_deploy_device_allow_extra=[
-        'char-gdrdrv rw', '/dev/infiniband/rdma_cm\nUser=root rw']))
-    assert report['rc'] == 0, report['raw']
-    unit_path = root / 'etc/systemd/system/vllm-minimax-m25.service'
+def test_extra_device_allow_entries(systemd_analyze, rendered):
+    unit_path = rendered['tmp'] / 'extra-device/etc/systemd/system/vllm-minimax-m25.service'
     unit = unit_path.read_text()
     assert 'DeviceAllow=char-nvidia* rw\nDeviceAllow=char-infiniband_verbs rw\nDeviceAllow=char-gdrdrv rw\n' \
            'DeviceAllow=/dev/infiniband/rdma_cm User=root rw\n' in unit  # one entry is one line, whatever it holds
@@ -238,13 +257,10 @@ def test_extra_device_allow_entries(systemd_analyze, tmp_path):
     assert exposure(systemd_analyze, unit_path)[0] <= MAX_EXPOSURE
 
 
-def test_shutdown_timeout_lets_requests_finish_and_systemd_waits_longer(tmp_path):
+def test_shutdown_timeout_lets_requests_finish_and_systemd_waits_longer(rendered):
     """-e service_deploy_shutdown_timeout_s=60 (a string): vLLM waits 60 s for requests in flight after SIGTERM, and
     systemd's stop timeout covers that wait plus the engine's teardown."""
-    root = tmp_path / 'root'
-    report = run_hosts(tmp_path, model_hosts(root, ['tiny-llama-a'], service_deploy_shutdown_timeout_s='60'))
-    assert report['rc'] == 0, report['raw']
-    unit = (root / 'etc/systemd/system/vllm-tiny-llama-a.service').read_text()
+    unit = (rendered['tmp'] / 'shutdown/etc/systemd/system/vllm-tiny-llama-a.service').read_text()
     assert '    --shutdown-timeout 60\n' in unit and re.findall(r'^TimeoutStopSec=.*$', unit, re.M) == ['TimeoutStopSec=180']
     assert '--shutdown-timeout' not in (GOLDEN / 'vllm-tiny-llama-a.service').read_text()
 
@@ -309,15 +325,15 @@ def test_unknown_model_lists_the_catalog(bad_runs):
     assert report['stats']['good']['failed'] == 0 and (tmp / 'root-good/etc/systemd/system/vllm-minimax-m25.service').is_file()
 
 
-def test_check_mode_shows_the_unit_diff_and_writes_nothing(tmp_path):
-    root = tmp_path / 'root'
-    assert run_hosts(tmp_path, model_hosts(root, ['minimax-m25']))['rc'] == 0
+def test_check_mode_shows_the_unit_diff_and_writes_nothing(rendered, tmp_path):
+    root = rendered['tmp'] / 'check-mode'
     unit = root / 'etc/systemd/system/vllm-minimax-m25.service'
     before = unit.read_bytes()
-    report = run_hosts(tmp_path, model_hosts(root, ['minimax-m25'], service_deploy_models_extra={
-        'minimax-m25': {'serving': {'max_model_len': 4096}}}), '--check', '--diff')
+    report = run_hosts(tmp_path, {'check-mode': {
+        'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(root),
+        'service_deploy_models_extra': {'minimax-m25': {'serving': {'max_model_len': 4096}}}}}, '--check', '--diff')
     assert report['rc'] == 0, report['raw']
-    assert report['stats']['minimax-m25']['changed'] == 1 and unit.read_bytes() == before
+    assert report['stats']['check-mode']['changed'] == 1 and unit.read_bytes() == before
     assert '+    --max-model-len 4096 \\\n' in report['raw']
 
 
@@ -328,20 +344,12 @@ def test_an_entry_given_by_the_caller_renders_what_the_lookup_does(bad_runs):
     assert (tmp / 'root-given' / unit).read_bytes() == (tmp / 'root-good' / unit).read_bytes()
 
 
-def test_fast_start_runs_vllm_behind_the_launcher_with_fork_and_false_restores_vllm_serve(systemd_analyze, tmp_path):
+def test_fast_start_runs_vllm_behind_the_launcher_with_fork_and_false_restores_vllm_serve(systemd_analyze, rendered):
     """Issue #45: the default unit starts behind vllm-launch.py with VLLM_WORKER_MULTIPROC_METHOD=fork (the catalog
     or service_deploy_environment may set another method); its hold file is root's and removed by every stop; exit 3
     (a held start nobody let go) is not restarted. -e service_deploy_fast_start=false (a string) writes `vllm serve`
     as before. Both within the sandbox's exposure limit."""
-    root = tmp_path / 'root'
-    hosts = {'fast': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(root / 'fast')},
-             'spawn': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(root / 'spawn'),
-                       'service_deploy_environment': {'VLLM_WORKER_MULTIPROC_METHOD': 'spawn'},
-                       'service_deploy_unit_name': 'vllm-minimax-m25-alt.service'},
-             'plain': {'service_deploy_model': 'minimax-m25', 'service_deploy_render_root': str(root / 'plain'),
-                       'service_deploy_fast_start': 'false'}}
-    report = run_hosts(tmp_path, hosts)
-    assert report['rc'] == 0, report['raw']
+    root = rendered['tmp']
     fast = (root / 'fast/etc/systemd/system/vllm-minimax-m25.service').read_text()
     exec_start = re.search(r'^ExecStart=((?:.*\\\n)*.*)$', fast, re.M).group(1).replace('\\\n', ' ')
     launcher_argv = exec_start.split(' -- ')[0].split()
