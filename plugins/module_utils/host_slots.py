@@ -462,7 +462,21 @@ def resolve_gateway(record, requested=None, variable='gateway'):
     return False, 'default'
 
 
-def contract(record, gateway, gateway_source, alias, alias_requested, port, port_requested):
+def resolve_hold(record, requested=None, variable='hold'):
+    """(on, source): whether the gateway holds the slot's requests through a stop-then-start instead of answering 503:
+    the run's setting when it was given ('given'), else the slot's ('kept': a record says ``hold: false`` only when
+    it is off), else on for a slot that serves nothing yet ('default')."""
+    wanted = as_bool(requested, variable)
+    if wanted is not None:
+        return wanted, 'given'
+    record = record or {}
+    if record.get('model'):
+        return record.get('hold') is not False, 'kept'
+    return True, 'default'
+
+
+def contract(record, gateway, gateway_source, alias, alias_requested, port, port_requested, hold=True,
+             hold_source='default'):
     """What the slot promises its clients after this run, each with where it comes from: given (this run), kept (the
     host's record) or default (a new slot)."""
     record = record or {}
@@ -475,6 +489,7 @@ def contract(record, gateway, gateway_source, alias, alias_requested, port, port
         'gateway': {'value': gateway, 'source': gateway_source},
         'alias': {'value': alias, 'source': source(alias_requested, record.get('alias'), alias)},
         'port': {'value': port, 'source': source(port_requested, record.get('port'), port)},
+        'hold': {'value': hold, 'source': hold_source},
     }
 
 

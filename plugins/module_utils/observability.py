@@ -237,6 +237,17 @@ def _pivot_metrics(families, name, record):
                  'Seconds the slot had no model serving in its last pivot (0 for blue/green).', slot, record.get('downtime_s'))
     families.add('llmfleet_pivot_last_load_seconds', 'Seconds the new model took from process start to ready.',
                  slot, record.get('load_time_s'))
+    # The gateway's window of a stop-then-start (issue 44): counted from its own log, absent for other pivots.
+    window = record.get('gateway_window') or {}
+    families.add('llmfleet_pivot_last_closed_seconds',
+                 'Seconds the gateway held or refused the slot\'s requests in its last pivot (closed -> admitting again).',
+                 slot, window.get('closed_s'))
+    families.add('llmfleet_pivot_last_held_requests', 'Requests the gateway held through the slot\'s last pivot.', slot,
+                 window.get('held_requests'))
+    families.add('llmfleet_pivot_last_held_wait_max_seconds',
+                 'The longest wait of a request held through the slot\'s last pivot.', slot, window.get('held_wait_max_s'))
+    families.add('llmfleet_pivot_last_refused_requests',
+                 'Requests the gateway answered 503 for the slot during its last pivot.', slot, window.get('refused_requests'))
     rollback = record.get('rollback') or {}
     families.add('llmfleet_pivot_last_rollback_seconds',
                  'Seconds from the failure to the previous model serving again (a rolled-back pivot).', slot,

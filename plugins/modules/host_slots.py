@@ -112,6 +112,11 @@ options:
       - Whether the slot is behind the host's gateway (V(plan) gives it a standby port and may choose blue/green;
         V(set) records it). Null or empty keeps what the slot has (off for a new slot); true or false changes it.
     type: raw
+  hold:
+    description:
+      - Whether the host's gateway holds the slot's requests through a stop-then-start pivot instead of answering 503
+        (V(plan) says it in RV(contract), V(set) records it). Null or empty keeps what the slot has (on for a new slot).
+    type: raw
   strategy:
     description: How the pivot replaces the slot's model (V(intend)), the RV(strategy) of V(plan).
     type: str
@@ -321,8 +326,12 @@ gateway:
   description: Whether the slot is behind the host's gateway after this run (given, else kept, else false).
   returned: always
   type: bool
+hold:
+  description: Whether the gateway holds the slot's requests through a stop-then-start after this run (given, else kept, else true).
+  returned: always
+  type: bool
 contract:
-  description: What the slot promises its clients (V(plan)) - C(gateway), C(alias), C(port), each C({value, source}) with
+  description: What the slot promises its clients (V(plan)) - C(gateway), C(alias), C(port), C(hold), each C({value, source}) with
     source C(given) (this run), C(kept) (the host's record) or C(default).
   returned: when action is plan
   type: dict
@@ -435,7 +444,8 @@ def _plan(module, slots, result):
                   stops_asleep=bool(asleep) and strategy not in ('wake', 'none'),
                   asleep=asleep,
                   contract=hs.contract(current, result['gateway'], result['gateway_source'], alias, p['alias'],
-                                       standby if strategy in hs.NEW_ON_STANDBY else port, p['port']))
+                                       standby if strategy in hs.NEW_ON_STANDBY else port, p['port'], result['hold'],
+                                       result['hold_source']))
     module.exit_json(**result)
 
 
@@ -478,7 +488,7 @@ def _kept_unit(current, model):
     return hs.unit_name(model)
 
 
-def _set_record(p, current, gateway):
+def _set_record(p, current, gateway, hold):
     """The slot's record once its model serves; a pivot intent is removed, or kept as committed (commit_intent)."""
     record = {
         'name': p['slot'], 'model': p['model'], 'profile': p['profile'], 'revision': p['revision'] or None,
@@ -489,6 +499,9 @@ def _set_record(p, current, gateway):
         'since': p['since'] if p['since'] is not None else round(time.time(), 3), 'previous': p['previous'],
         'alias': p['alias'] or (current or {}).get('alias') or p['slot'],
         'standby_port': p['standby_port'] or (current or {}).get('standby_port'), 'gateway': gateway}
+    # Holding is the default: recorded only when off, so that the record of a slot that holds stays as it was.
+    if hold is False:
+        record['hold'] = False
     committed = hs.without_intent(current)
     same_model = committed.get('model') == p['model']
     # Sleep mode and the sleeping previous model: as given, else what the slot has for the same model.
@@ -536,6 +549,7 @@ def main():
             alias=dict(type='str'),
             standby_port=dict(type='int'),
             gateway=dict(type='raw'),
+            hold=dict(type='raw'),
             strategy=dict(type='str'),
             owner=dict(type='dict'),
             commit_intent=dict(type='bool', default=False),
@@ -568,10 +582,11 @@ def main():
     current = slots.get(p['slot'])
     try:
         gateway, gateway_source = hs.resolve_gateway(current, p['gateway'], p['variable_prefix'] + 'gateway')
+        hold, hold_source = hs.resolve_hold(current, p['hold'], p['variable_prefix'] + 'hold')
     except hs.SlotError as exc:
         module.fail_json(msg=str(exc))
     result = dict(changed=False, slots=slots, slot=current, migrated=migrated, gateway=gateway,
-                  gateway_source=gateway_source, intent=hs.intent_of(current),
+                  gateway_source=gateway_source, hold=hold, hold_source=hold_source, intent=hs.intent_of(current),
                   heal_changes_slot_port=hs.heal_changes_slot_port(current, hs.intent_of(current)),
                   state_dir=paths['state_dir'], records_dir=paths['records_dir'], units=hs.slot_units(slots))
     if p['action'] == 'plan':
@@ -582,7 +597,7 @@ def main():
 
     after = dict(slots)
     if p['action'] == 'set':
-        after[p['slot']] = _set_record(p, current, gateway)
+        after[p['slot']] = _set_record(p, current, gateway, hold)
     elif p['action'] == 'absent':
         after.pop(p['slot'], None)
     elif p['action'] == 'intend':

@@ -267,7 +267,8 @@ def test_blue_green_pivot_fails_no_request_and_has_no_downtime(pivot):
         assert killed, out[-6000:]
         # The README's command keeps what the slot promised (given once, by the fixture's second run).
         shown = re.findall(r'"msg": "(slot default: alias [^"]*)"', out)
-        assert shown == [f"slot default: alias chat (kept), gateway on (kept), port {A_PORT} (kept), API key none (kept)"], shown
+        assert shown == [f"slot default: alias chat (kept), gateway on (kept), port {A_PORT} (kept), API key none (kept), "
+                         "hold on (kept)"], shown
         switched = _slot()
         assert (switched["model"], switched["pivot"]["phase"]) == ("tiny-llama-b", "committed"), switched
         assert _ssh("systemctl is-active vllm-tiny-llama-a.service") == "active"  # killed before a drained
@@ -362,6 +363,17 @@ def test_stop_then_start_to_another_model_lets_the_streams_in_flight_end(pivot):
     in_flight = [r for r in streams.requests if r["start"] < closed_at][-1]
     assert in_flight["ok"] and in_flight["chunks"] >= 900 and in_flight["end"] > closed_at - 1, (closed_at, in_flight)
     assert _slot()["model"] == "tiny-llama-b" and _served_through_gateway() == ("chat", 200)
+    # Issue 44 item 3: a's answers passed, so the held requests went to a before its throughput gate; the gate failed,
+    # the window closed again, a finished what it was given, and b came back. The rolled-back record counts the window
+    # at the gateway: what it held (the longest about the window), nothing refused.
+    out = result.stdout
+    assert out.index("Admit the held requests to the new model before its throughput gate") \
+        < out.index("TASK [llmfleet.vllm.pivot : Gate on throughput and errors]") \
+        < out.index("Let the new model finish the requests it was admitted"), out[-6000:]
+    rolled_back = json.loads(_ssh("cat $(ls -1 /var/lib/llmfleet/pivots/*-rolled-back.json | tail -1)"))
+    window = rolled_back["gateway_window"]
+    assert rolled_back["closed_s"] == window["closed_s"] > 0 and window["refused_requests"] == 0, rolled_back
+    assert window["held_requests"] >= 1 and 2 < window["held_wait_max_s"] <= window["closed_s"] + 1, rolled_back
     # The gateway's log says each held request's wait; the window is over (its file gone, the directory kept).
     assert re.search(r'hold:"held [0-9.]+ s"', _ssh(f"journalctl -t haproxy --no-pager -o cat --since '{since}'")), "none held"
     assert _ssh("test -d /var/lib/haproxy/llmfleet-hold && ls -A /var/lib/haproxy/llmfleet-hold && echo kept") == "kept"
@@ -428,6 +440,14 @@ def test_stop_then_start_holds_requests_and_a_killed_run_answers_503_at_the_hold
     assert _ssh(f"systemctl is-active {old_unit}; systemctl is-enabled {old_unit}").split() == ["inactive", "disabled"]
     assert _ssh("ls /run/llmfleet-launch/ | grep -c hold || true") == "0"
     closed, opened = record["gateway_closed_at"], record["gateway_opened_at"]
+    # Issue 44 item 3: the window counted at the gateway (its own log), beside the downtime: held, none refused; the
+    # held requests went to the new revision before its throughput gate, which ran while it served them.
+    window = record["gateway_window"]
+    assert record["closed_s"] == window["closed_s"] == round(opened - closed, 1) > 0 and window["refused_requests"] == 0, record
+    assert window["held_requests"] >= 1 and 0 < window["held_wait_p95_s"] <= window["held_wait_max_s"] <= window["closed_s"] + 1, record
+    assert result.stdout.index("Admit the held requests to the new model before its throughput gate") \
+        < result.stdout.index("TASK [llmfleet.vllm.pivot : Gate on throughput and errors]"), result.stdout[-6000:]
+    assert f"gateway closed {record['closed_s']} s (stops admitting -> admits again" in result.stdout, result.stdout[-6000:]
     failures = [r for r in client.requests if not r["ok"]]
     assert failures, traffic  # the killed run left the slot closed for a while
     assert all(r["status"] == 503 and r.get("retry_after") == "5" for r in failures), failures[:5]
@@ -696,10 +716,15 @@ def _a_long_request_naming_its_model_last_reaches_that_slot(pivot, key: str) -> 
     """Issue 44 item 0: the gateway picks the slot from the body's "model", and HAProxy's default buffer held about
     15 KB of it: a longer request whose "model" came last went to the default slot (404 there). The gateway now holds
     each whole body up to gateway_max_request_bytes (-e, a string) and answers 413 above it, never routing on a part.
-    The run gives no gateway keys (the caller checks that it kept them)."""
+    The run gives no gateway keys (the caller checks that it kept them). Issue 44 item 2: -e pivot_hold=false (a string)
+    is the new slot's promise, kept in its record beside its alias, the default slot's untouched."""
     result = pivot("-e", "slot=other", "-e", "model=tiny-llama-c", "-e", "pivot_gateway=true", "-e", f"vllm_install_venv={STANDIN_VENV}",
-                   "-e", "gateway_max_request_bytes=65536", "-e", json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-c": _tiny_c()})}))
+                   "-e", "gateway_max_request_bytes=65536", "-e", "pivot_hold=false",
+                   "-e", json.dumps({"llmfleet_models_extra": dict(PORTS, **{"tiny-llama-c": _tiny_c()})}))
     assert result.returncode == 0, result.stdout[-6000:]
+    assert "API key none (default), hold off (given)" in result.stdout, result.stdout[-6000:]
+    slots = json.loads(_ssh("cat /var/lib/llmfleet/slots.json"))["slots"]
+    assert slots["other"]["hold"] is False and "hold" not in slots["default"], slots
     # 30,000 bytes: twice what HAProxy's default buffer held, within the tiny model's context on the stand-in.
     routes = {(model, size): _chat_with_model_last(model, size, key) for model in ("tiny-llama-c", "other") for size in (1000, 30000)}
     assert routes == {(model, size): (200, model) for model in ("tiny-llama-c", "other") for size in (1000, 30000)}, routes

@@ -70,7 +70,7 @@ write("journal-vllm.txt", "".join(lines))
 gateway_log = os.path.join(res, "journal-gateway.txt")
 if os.path.exists(gateway_log):
     lines = open(gateway_log).read().splitlines()
-    said = [line for line in lines if re.search(r'hold:"[^"]|" 503 | 503 [0-9]+ - |llmfleet_held/|maintenance|Reload', line)]
+    said = [line for line in lines if re.search(r'hold:"[^"]|llmfleet-hold slot=|" 503 | 503 [0-9]+ - |llmfleet_held/|maintenance|Reload', line)]
     write("journal-gateway.txt", "# %d request lines in all\n%s\n" % (sum('"POST /v1/' in line for line in lines), "\n".join(said)))
 for name in ("hub-repos.txt", "hub-publish.txt", "inspect-gpuhost-llama1b-b.json", "expiry.txt", "cache-sizes.txt",
              "cache-fleet.txt", "cache-seed.txt"):

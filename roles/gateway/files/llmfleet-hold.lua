@@ -7,7 +7,7 @@
 -- A request is held only when no server of its slot's backend can take it and the file says closed; it waits at most
 -- HOLD_S from its arrival, and at most HOLD_MAX wait per slot in a worker (the pivot's gateway_hold_s and _max). Past
 -- a bound, or once the file is gone, it falls through to the backend, whose 503 (with Retry-After) the configuration
--- gives. txn.hold says what happened (the log line carries it).
+-- gives. txn.hold says what happened (the access log's line carries it), and a line of its own says it at once.
 
 local HOLD_DIR = "/llmfleet-hold/"  -- /var/lib/haproxy/llmfleet-hold seen from the chroot
 local POLL_S = 0.1
@@ -64,6 +64,13 @@ local function serves(backend)
     return false
 end
 
+-- What the hold did, on the request and as a log line of its own at once (the access log's line comes when the answer
+-- has ended): the pivot counts the slot's held requests and their waits from these (module gateway_window).
+local function verdict(txn, slot, text)
+    txn:set_var("txn.hold", text)
+    core.Info("llmfleet-hold slot=" .. slot .. " " .. text)
+end
+
 core.register_action("llmfleet_hold", {"http-req"}, function(txn)
     local name = txn:get_var("txn.backend") or ""
     local slot, backend = name:match("^slot_(.+)$"), core.backends[name]
@@ -90,7 +97,7 @@ core.register_action("llmfleet_hold", {"http-req"}, function(txn)
         end
     end
     if count >= hold_max then
-        txn:set_var("txn.hold", "refused: " .. hold_max .. " held already (gateway_hold_max)")
+        verdict(txn, slot, "refused: " .. hold_max .. " held already (gateway_hold_max)")
         return
     end
     next_id = next_id + 1
@@ -117,10 +124,10 @@ core.register_action("llmfleet_hold", {"http-req"}, function(txn)
         txn:set_var("txn.held_port", state.port)
     end
     if outcome == "time" then
-        txn:set_var("txn.hold", "refused: waited " .. waited .. " of " .. hold_s .. " s (gateway_hold_s)")
+        verdict(txn, slot, "refused: waited " .. waited .. " of " .. hold_s .. " s (gateway_hold_s)")
     elseif outcome == "ended" then
-        txn:set_var("txn.hold", "ended: waited " .. waited .. ", the slot's window closed without admitting")
+        verdict(txn, slot, "ended: waited " .. waited .. ", the slot's window closed without admitting")
     else
-        txn:set_var("txn.hold", "held " .. waited)
+        verdict(txn, slot, "held " .. waited)
     end
 end)

@@ -127,6 +127,15 @@ def test_the_textfile_says_what_the_pivot_records_say(prometheus_bin):
 
     assert value(text, "llmfleet_pivot_last_downtime_seconds", slot="default") == passed["downtime_s"]
     assert value(text, "llmfleet_pivot_last_timestamp_seconds", slot="default") == passed["new_ready_at"]
+    # Issue 44: the gateway's window of a stop-then-start as the record counted it; a pivot without one has no sample.
+    window = {"closed_s": 42.5, "held_requests": 4, "held_wait_max_s": 32.1, "held_wait_p95_s": 32.1,
+              "refused_requests": 1, "refused_at_bound": 1}
+    held_text = obs.slot_metrics_text(SLOTS, [("20261205T104500Z-llama1b-a.json", dict(passed, gateway_window=window))],
+                                      {"llama1b-a": A})
+    assert [value(held_text, name, slot="default") for name in (
+        "llmfleet_pivot_last_closed_seconds", "llmfleet_pivot_last_held_requests",
+        "llmfleet_pivot_last_held_wait_max_seconds", "llmfleet_pivot_last_refused_requests")] == [42.5, 4, 32.1, 1]
+    assert not [n for n, _ls, _value in samples(text) if n == "llmfleet_pivot_last_closed_seconds"]
     # A figure the record does not have (a wake loads nothing) is no sample, not a 0 a dashboard would draw.
     assert passed["load_time_s"] is None
     assert not [n for n, ls, _value in samples(text) if n == "llmfleet_pivot_last_load_seconds" and ls["slot"] == "default"]

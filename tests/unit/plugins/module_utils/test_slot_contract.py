@@ -48,11 +48,38 @@ def test_gateway_of_a_new_slot_and_of_an_older_release_record():
 
 
 def test_contract_says_what_was_given_and_what_was_kept():
-    contract = hs.contract(SERVING, True, "kept", "chat", None, 8501, None)
+    contract = hs.contract(SERVING, True, "kept", "chat", None, 8501, None, True, "kept")
     assert contract == {"gateway": {"value": True, "source": "kept"}, "alias": {"value": "chat", "source": "kept"},
-                        "port": {"value": 8501, "source": "kept"}}
+                        "port": {"value": 8501, "source": "kept"}, "hold": {"value": True, "source": "kept"}}
     assert hs.contract(SERVING, True, "kept", "bot", "bot", 8501, None)["alias"]["source"] == "given"
     assert hs.contract(None, False, "default", "default", None, 8000, None)["port"]["source"] == "default"
+
+
+def test_holding_is_kept_as_the_slot_recorded_it_and_on_for_a_new_slot():
+    """Issue 44 item 2: the gateway's hold is part of what the slot promises, like its alias."""
+    assert hs.resolve_hold(None) == (True, "default") and hs.resolve_hold({"name": "x", "pivot": {}}) == (True, "default")
+    assert hs.resolve_hold(SERVING) == (True, "kept")  # a record without the key: an older release's, or one that holds
+    assert hs.resolve_hold(dict(SERVING, hold=False)) == (False, "kept")
+    assert hs.resolve_hold(dict(SERVING, hold=False), "true") == (True, "given")
+    assert hs.resolve_hold(SERVING, "false") == (False, "given") and hs.resolve_hold(SERVING, "") == (True, "kept")
+    with pytest.raises(hs.SlotError, match=r"pivot_hold must be true or false .* got \"sometimes\""):
+        hs.resolve_hold(SERVING, "sometimes", "pivot_hold")
+
+
+def test_module_records_holding_off_and_later_runs_keep_it(tmp_path):
+    state = str(tmp_path)
+    common = {"state_dir": state, "slot": "default"}
+    set_a = dict(common, action="set", model="tiny-llama-a", revision=SHA1, model_dir="/srv/models/tiny-llama-a",
+                 port=8501, standby_port=8502, alias="chat", gateway=True, since=1.0)
+    assert "hold" not in _run_module("host_slots", set_a)["slots"]["default"]  # the default is not written
+    off = _run_module("host_slots", dict(set_a, hold="false"))
+    assert off["changed"] and off["slots"]["default"]["hold"] is False
+    plan = _run_module("host_slots", dict(common, action="plan", model="tiny-llama-b", models_root="/srv/models",
+                                          variable_prefix="pivot_"))
+    assert plan["contract"]["hold"] == {"value": False, "source": "kept"}, plan
+    # A later record without the setting (a heal, a rollout's step) keeps it; given on again, the key goes.
+    assert _run_module("host_slots", dict(set_a, since=2.0))["slots"]["default"]["hold"] is False
+    assert "hold" not in _run_module("host_slots", dict(set_a, hold=True))["slots"]["default"]
 
 
 def test_a_serving_slot_keeps_its_port_and_a_new_slot_takes_the_requested_one():
