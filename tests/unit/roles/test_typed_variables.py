@@ -19,10 +19,11 @@ EXPRESSION_KEYS = {"when", "that", "until", "failed_when", "changed_when"}
 # Play-level switches of playbooks/rollout.yml (documented in docs/rollout.md).
 PLAYBOOK_BOOLEANS = {"rollout_canary", "rollout_prestage", "rollout_canary_rollback"}
 # A nullable boolean handed whole to a module option that parses it (true/false strings, null for "not given"):
-# llmfleet.vllm.host_slots' `gateway` (module_utils/host_slots.as_bool, unit-tested in test_slot_contract.py), given
-# directly or through the slot role's `slot_gateway` (read) and `slot_plan_request.gateway` (plan), both handed over whole.
-PARSED_BY_MODULE = re.compile(r"\A{{\s*pivot_gateway(\s*\|\s*default\(none\))?\s*}}\Z")
-MODULE_PARSED_KEYS = {"gateway", "slot_gateway"}
+# llmfleet.vllm.host_slots' `gateway` and `hold` (module_utils/host_slots.as_bool, unit-tested in
+# test_slot_contract.py), given directly or through the slot role's `slot_gateway` (read) and `slot_plan_request`
+# (plan), handed over whole.
+PARSED_BY_MODULE = re.compile(r"\A{{\s*pivot_(gateway|hold)(\s*\|\s*default\(none\))?\s*}}\Z")
+MODULE_PARSED_KEYS = {"gateway", "slot_gateway", "hold"}
 STRING_LITERAL = re.compile(r"'[^']*'|\"[^\"]*\"")
 JINJA = re.compile(r"{{(.*?)}}|{%(.*?)%}", re.S)
 
