@@ -9,11 +9,15 @@ from __future__ import annotations
 import math
 import re
 
-# The hold's own line: "llmfleet-hold slot=<slot> held 12.3 s" (or "refused: ...", "ended: ...").
-HOLD_RE = re.compile(r'llmfleet-hold slot=(?P<slot>\S+) (?P<verdict>held|refused|ended):? (?P<rest>.*)$')
+# The hold's own line, as syslog carries it: "llmfleet-hold slot=<slot> held 12.3 s" (or "refused: ...", "ended: ...").
+# Anchored: HAProxy 2.6 also prints each Lua log line to its stderr ("[info] 340/152024 (6926) : llmfleet-hold ..."),
+# which the journal keeps under the same identifier; that copy is not counted.
+HOLD_RE = re.compile(r'^llmfleet-hold slot=(?P<slot>\S+) (?P<verdict>held|refused|ended):? (?P<rest>.*)$')
 WAITED_RE = re.compile(r'(?:^|waited )(?P<seconds>[0-9]+(?:\.[0-9]+)?) s\b')
 # The access log (haproxy.cfg.j2's log-format, httplog's fields first): "... frontend backend/server times status ...".
 ACCESS_RE = re.compile(r'\] \S+ (?P<backend>[^/\s]+)/(?P<server>\S+) -?[0-9]+/-?[0-9]+/-?[0-9]+/-?[0-9]+/-?[0-9]+ (?P<status>[0-9]{3}) ')
+# The gateway's /health answers 503 while the slot is closed, by design (it is never held): not a client refused.
+HEALTH_RE = re.compile(r'"(?:GET|HEAD) /health[ ?]')
 
 
 def percentile(values, share):
@@ -32,7 +36,7 @@ def window_stats(entries, slot, closed_at, opened_at, settle_s=5.0):
     backend = 'slot_%s' % slot
     waits, refused, at_bound = [], 0, 0
     for at, message in entries:
-        hold = HOLD_RE.search(message)
+        hold = HOLD_RE.match(message)
         if hold and hold.group('slot') == slot and closed_at <= at <= opened_at + settle_s:
             if hold.group('verdict') == 'held':
                 waited = WAITED_RE.search(hold.group('rest'))
@@ -41,7 +45,8 @@ def window_stats(entries, slot, closed_at, opened_at, settle_s=5.0):
                 at_bound += 1
             continue
         access = ACCESS_RE.search(message)
-        if access and access.group('backend') == backend and access.group('status') == '503' and closed_at <= at <= opened_at:
+        if access and access.group('backend') == backend and access.group('status') == '503' and closed_at <= at <= opened_at \
+                and not HEALTH_RE.search(message):
             refused += 1
     return {
         'closed_s': round(opened_at - closed_at, 1),
