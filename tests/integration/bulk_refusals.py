@@ -87,8 +87,11 @@ def run(inventory_dir: pathlib.Path, machine: str, common: list[str], cases: lis
     playbook = workdir / "refusals.yml"
     plays = _plays(aliases, [dict(cli_vars(common), **cli_vars(case)) for case in cases], outdir)
     playbook.write_text(yaml.safe_dump(plays, sort_keys=False))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    # Each task's time (ansible.posix's profile_tasks) in the run's log, beside the playbook: where a case's seconds go.
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks", PROFILE_TASKS_TASK_OUTPUT_LIMIT="40")
     result = subprocess.run([os.path.join(REPO, ".venv", "bin", "ansible-playbook"), "-i", str(inventory), str(playbook)],
                             capture_output=True, text=True, env=env, cwd=REPO, check=False)
+    (workdir / "refusals.log").write_text(result.stdout + result.stderr)
     messages = [(outdir / a).read_text() if (outdir / a).exists() else "(no play ran for %s)" % a for a in aliases]
     return result, messages

@@ -26,6 +26,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -184,9 +185,23 @@ def _tail(result: subprocess.CompletedProcess) -> str:
     return (result.stdout + result.stderr)[-6000:]
 
 
-def _fleet_client() -> ContinuousClient:
+def _fleet_client(timeout_s: float = 60) -> ContinuousClient:
     """Requests to the fleet gateway with the alias every host serves, paced so that the CPU stays with the pivots."""
-    return ContinuousClient(f"http://127.0.0.1:{GATEWAY_PORT}/v1", ALIAS, interval_s=1.0, max_seconds=2400)
+    return ContinuousClient(f"http://127.0.0.1:{GATEWAY_PORT}/v1", ALIAS, interval_s=1.0, max_seconds=2400,
+                            timeout_s=timeout_s)
+
+
+def _fleet_hold_lines(since: float) -> list[str]:
+    """The fleet gateway's hold verdicts since `since` (its own log lines: roles/gateway/files/llmfleet-hold.lua)."""
+    out = _ssh(GATEWAY, f"journalctl -t haproxy -o cat --no-pager -q --since=@{int(since)} | grep '^llmfleet-hold slot=fleet '")
+    return out.splitlines()
+
+
+def _fleet_runtime(command: str) -> str:
+    """A command to the fleet gateway's HAProxy runtime API."""
+    script = ("import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect('/run/haproxy-llmfleet.sock'); "
+              "s.sendall(sys.argv[1].encode() + b'\\n'); print(s.makefile().read())")
+    return _ssh(GATEWAY, "python3", "-c", shlex.quote(script), shlex.quote(command))
 
 
 def _drained_before_stopped(out: str, host: str) -> bool:
@@ -473,14 +488,17 @@ def test_4_rerun_continues_where_it_stopped(fleet):
     flipped = sorted(manifest["files"])[0]
     subprocess.run([TESTBED, "exec", "fleet-r3", "python3", "-c", f"f = open('/var/cache/llmfleet-vllm/{flipped}', 'r+b'); "
                     "b = f.read(1); f.seek(0); f.write(bytes([b[0] ^ 1])); f.close()"], check=True)
+    began = time.time()
     with _fleet_client() as client:
         result = fleet.rollout("4-a-to-b-rerun", "-e", "model=tiny-llama-b", "-e", "rollout_batch_size=2",
                                "-e", "rollout_min_tok_s_ratio=0.05", "-e", "fast_start_seed_cache=false")
     traffic = client.summary()
     log_summary(traffic)
     assert result.returncode == 0, _tail(result)
-    # Both hosts of the batch were out of the fleet gateway at once; fleet-r1 took every request, none failed.
+    # Both hosts of the batch were out of the fleet gateway at once; fleet-r1 took every request, none failed, and
+    # none was held (a host could serve).
     assert traffic["failed"] == 0 and traffic["requests"] >= 20, traffic
+    assert _fleet_hold_lines(began) == []
     assert _drained_before_stopped(result.stdout, "fleet-r2") and _drained_before_stopped(result.stdout, "fleet-r3"), _tail(result)
     for host in HOSTS:
         assert _serving(host) == "tiny-llama-b" and _healthy(host, "tiny-llama-b"), host
@@ -529,16 +547,28 @@ def test_5_canary_failing_its_gate_stops_the_fleet(fleet):
 def test_6_failure_within_max_fail_percentage_continues(fleet):
     """b -> a without canary in batches of 2, 50 % allowed to fail: fleet-r2 fails in the first batch (its preflight
     refuses, so it keeps serving b untouched), which is within the budget, so the second batch (fleet-r3) still runs.
-    (test 3 shows a batch past the budget stopping.)"""
+    (test 3 shows a batch past the budget stopping.) fleet-r3 is in maintenance at the fleet gateway when the run
+    begins, so the first batch takes every host out: the fleet gateway holds the requests until a host is back
+    (issue 44 item 5); the client, without retries, waits past the hold."""
     fleet.use_standin()
     r2_pid = _main_pid("fleet-r2", "tiny-llama-b")
     fleet.set_fault("fleet-r2", "preflight")
+    began = time.time()
+    assert _fleet_runtime("set server fleet/fleet-r3 state maint") == ""
     try:
-        result = fleet.rollout("6-b-to-a-max-fail", "-e", "model=tiny-llama-a", "-e", "rollout_canary=false",
-                               "-e", "rollout_batch_size=2", "-e", "rollout_max_fail_percentage=50")
+        with _fleet_client(timeout_s=330) as client:
+            result = fleet.rollout("6-b-to-a-max-fail", "-e", "model=tiny-llama-a", "-e", "rollout_canary=false",
+                                   "-e", "rollout_batch_size=2", "-e", "rollout_max_fail_percentage=50")
     finally:
         fleet.set_fault(None)
+    traffic = client.summary()
+    log_summary(traffic)
     assert result.returncode != 0, _tail(result)  # a host failed: the run says so
+    held = _fleet_hold_lines(began)
+    assert traffic["failed"] == 0 and held and all(" held " in line for line in held), (traffic, held)
+    # fleet-r3 is back at the fleet gateway: no administrative state (maintenance, drain) left on its server.
+    r3_state = [line.split() for line in _fleet_runtime("show servers state fleet").splitlines() if " fleet-r3 " in line]
+    assert len(r3_state) == 1 and r3_state[0][6] == "0", r3_state
     assert _serving("fleet-r1") == "tiny-llama-a" and _healthy("fleet-r1", "tiny-llama-a")
     assert _serving("fleet-r2") == "tiny-llama-b" and _main_pid("fleet-r2", "tiny-llama-b") == r2_pid
     assert _serving("fleet-r3") == "tiny-llama-a" and _healthy("fleet-r3", "tiny-llama-a")

@@ -195,8 +195,10 @@ STATE_MODULES = ("llmfleet.vllm.host_slots", "llmfleet.vllm.host_lock")
 # The gateway's entry points that change what it sends where: rendering it (main, configure), a server's state and a
 # slot's window at the request hold (issue 44).
 SWITCHING_ENTRIES = ("main", "configure", "server", "hold")
-# A fleet gateway (rollout.yml) is no host's gateway: the fleet's own plays set it up directly.
+# A fleet gateway (rollout.yml) is no host's gateway: the fleet's own plays set it up directly (its servers, and the
+# fleet's window at its request hold, gateway_hold_slot fleet).
 FLEET_GATEWAY_VARS = ("gateway_fleet", "gateway_server_host")
+FLEET_HOLD_SLOT = "fleet"
 # Private names read across an owner, each with the reason (none left: parity_slot.yml fed the pivot's private
 # pivot__parity_* names to an undeclared entry point until answer parity became a role, issue #42).
 FOREIGN_PRIVATE_ALLOWED = {}
@@ -230,8 +232,9 @@ def _slot_state_writers(relative, document):
             include = task.get(key)
             if not isinstance(include, dict) or include.get("name") != "llmfleet.vllm.gateway":
                 continue
-            entry = include.get("tasks_from", "main")
-            if entry in SWITCHING_ENTRIES and not any(v in (task.get("vars") or {}) for v in FLEET_GATEWAY_VARS):
+            entry, task_vars = include.get("tasks_from", "main"), task.get("vars") or {}
+            fleet = any(v in task_vars for v in FLEET_GATEWAY_VARS) or task_vars.get("gateway_hold_slot") == FLEET_HOLD_SLOT
+            if entry in SWITCHING_ENTRIES and not fleet:
                 found.append("%s: gateway %s (%s)" % (relative, entry, task.get("name")))
     return found
 
@@ -255,8 +258,13 @@ def test_the_check_catches_a_state_write_or_a_gateway_switch_elsewhere():
     assert len(_slot_state_writers("roles/pivot/tasks/commit.yml", pivot)) == 3
     fleet = [{"name": "Fleet", "ansible.builtin.include_role": {"name": "llmfleet.vllm.gateway", "tasks_from": "server"},
               "vars": {"gateway_server_host": "gpu1"}},
-             {"name": "Port", "ansible.builtin.include_role": {"name": "llmfleet.vllm.gateway", "tasks_from": "port"}}]
+             {"name": "Port", "ansible.builtin.include_role": {"name": "llmfleet.vllm.gateway", "tasks_from": "port"}},
+             {"name": "Hold", "ansible.builtin.include_role": {"name": "llmfleet.vllm.gateway", "tasks_from": "hold"},
+              "vars": {"gateway_hold_slot": "fleet"}}]
     assert _slot_state_writers("playbooks/rollout.yml", fleet) == []
+    slot_hold = [{"name": "Hold", "ansible.builtin.include_role": {"name": "llmfleet.vllm.gateway", "tasks_from": "hold"},
+                  "vars": {"gateway_hold_slot": "default"}}]
+    assert len(_slot_state_writers("playbooks/rollout.yml", slot_hold)) == 1
 
 
 def _foreign_private_names(relative, text):

@@ -169,10 +169,11 @@ def agrees(state, model):
 
 
 def crash_and_heal(machine, inventory, extra, boundary, gateway_url, alias, model, reboot=False, api_key=None,
-                   task_log=None, settle_s=3, reboot_wait_s=420):
+                   task_log=None, settle_s=3, reboot_wait_s=420, rerun_fails=False):
     """Kill the pivot after `boundary` tasks of its switch phase (or before the task so named), check (a) the alias answers or says 503 with
     Retry-After, (b) after `systemctl reload haproxy` (and a reboot) likewise, (c) one re-run ends serving `model`
-    with record, units and gateway agreeing. Returns a dict of what was seen."""
+    with record, units and gateway agreeing (rerun_fails: a pivot that must fail and roll back to `model`, such as one
+    whose gate no model passes: the re-run heals, pivots again and fails). Returns a dict of what was seen."""
     named = boundary if isinstance(boundary, str) else None
     rc, out, killed = run_pivot(inventory, extra, crash_after=None if named else boundary, task_log=task_log,
                                 crash_before_task_named=named)
@@ -189,11 +190,11 @@ def crash_and_heal(machine, inventory, extra, boundary, gateway_url, alias, mode
     rc2, out2, _killed = run_pivot(inventory, extra)
     seen["at"]["healed"] = time.time()
     seen["rerun_rc"] = rc2
-    seen["rerun_tail"] = "" if rc2 == 0 else out2[-3000:]
+    seen["rerun_tail"] = "" if (rc2 != 0) == rerun_fails else out2[-3000:]
     seen["kill_tail"] = "" if killed else out[-3000:]
     seen["problems"] = agrees(host_state(machine), model)
     seen["after_heal"] = probe(gateway_url, alias, api_key)
     outcomes = seen["after_kill"] + seen["after_reload"] + seen.get("after_reboot", [])
     seen["bad_answers"] = sorted({o for o in outcomes if o not in ("ok", "retry")})
-    seen["healed"] = rc2 == 0 and not seen["problems"] and seen["after_heal"] == "ok"
+    seen["healed"] = (rc2 != 0) == rerun_fails and not seen["problems"] and seen["after_heal"] == "ok"
     return seen

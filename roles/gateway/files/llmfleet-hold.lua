@@ -1,7 +1,8 @@
 -- llmfleet.vllm.gateway: hold a slot's new requests while a pivot has it closed (issue 44), instead of answering 503.
 --
--- The state of a slot's window is a one-line file the gateway role's entry point `hold` writes (under HAProxy's
--- chroot, so that every worker reads the same one, also a worker that a reload retired with requests still held):
+-- The state of a slot's window (on a fleet gateway: the fleet's, named fleet) is a one-line file the gateway role's
+-- entry point `hold` writes (under HAProxy's chroot, so that every worker reads the same one, also a worker that a
+-- reload retired with requests still held):
 --   closed ENDS HOLD_S HOLD_MAX   the slot is closed for a switch: hold its requests (a stale file stops at ENDS)
 --   open PORT ENDS                the slot admits again on PORT: a held request goes there, also from a retired worker
 -- A request is held only when no server of its slot's backend can take it and the file says closed; it waits at most
@@ -73,7 +74,9 @@ end
 
 core.register_action("llmfleet_hold", {"http-req"}, function(txn)
     local name = txn:get_var("txn.backend") or ""
-    local slot, backend = name:match("^slot_(.+)$"), core.backends[name]
+    -- A host's gateway: the slot's backend slot_<slot>; a fleet gateway: its one backend, fleet, whose window the
+    -- rollout writes (a fleet gateway has no slots).
+    local slot, backend = name:match("^slot_(.+)$") or name:match("^fleet$"), core.backends[name]
     if slot == nil or backend == nil or serves(backend) then
         return
     end
