@@ -16,7 +16,9 @@ help: ## list targets
 $(BIN)/ansible: requirements/dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements/dev.txt
+	# --no-compile: a fresh venv's bytecode of every file (the ansible package's collections most of all) took 20 of
+	# the install's 30 s; what runs compiles its own modules on first import (docs/testbed.md).
+	$(BIN)/pip install -q --no-compile -r requirements/dev.txt
 	touch $@
 
 $(COLL_LINK):

@@ -190,11 +190,13 @@ def crash_and_heal(machine, inventory, extra, boundary, gateway_url, alias, mode
     rc2, out2, _killed = run_pivot(inventory, extra)
     seen["at"]["healed"] = time.time()
     seen["rerun_rc"] = rc2
-    seen["rerun_tail"] = "" if (rc2 != 0) == rerun_fails else out2[-3000:]
     seen["kill_tail"] = "" if killed else out[-3000:]
     seen["problems"] = agrees(host_state(machine), model)
     seen["after_heal"] = probe(gateway_url, alias, api_key)
     outcomes = seen["after_kill"] + seen["after_reload"] + seen.get("after_reboot", [])
     seen["bad_answers"] = sorted({o for o in outcomes if o not in ("ok", "retry")})
     seen["healed"] = (rc2 != 0) == rerun_fails and not seen["problems"] and seen["after_heal"] == "ok"
+    seen["rerun_tail"] = "" if seen["healed"] else out2[-12000:]
+    # What the host's units said (a unit that failed to start names why in its journal).
+    seen["units_journal"] = "" if seen["healed"] else ssh(machine, "journalctl -u 'vllm-*' -o short-unix --no-pager -q -n 80")
     return seen
