@@ -73,6 +73,8 @@ def boundaries(inventory, work, mode, target):
     pivot fails), and all of them (named boundaries may come after the record step)."""
     log = os.path.join(work, f"count-{mode}.tsv")
     rc, out, _killed = harness.run_pivot(inventory, ["-e", f"model={target}", *MODE_ARGS[mode]], task_log=log)
+    with open(os.path.join(work, f"count-{mode}.log"), "w", encoding="utf-8") as handle:
+        handle.write(out)
     if (rc != 0) != (mode in FAILING_MODES):
         raise SystemExit(f"counting run of {mode} ended with {rc}:\n{out[-4000:]}")
     tasks = harness.phase_tasks(log)
@@ -152,13 +154,18 @@ def main():
     parser.add_argument("--hold", action="store_true",
                         help="the hold's boundaries by name (HOLD_BOUNDARIES; modes stop_start stop_start_gate_fails unless --modes)")
     parser.add_argument("--tasks", nargs="+", default=[], help="boundaries by name: before the first task so named")
+    parser.add_argument("--serving", default="tiny-llama-a", choices=list(PORTS), help="the model served before the first mode")
     parser.add_argument("--out", default=os.path.join(tb.REPO, "results", "bench-crash.json"))
     args = parser.parse_args()
     if args.hold and "--modes" not in sys.argv:
         args.modes = list(HOLD_BOUNDARIES)
     work = tempfile.mkdtemp(prefix="bench-crash-")
+    # The inventory in a folder of its own: Ansible reads every file of an inventory folder as a source (the task
+    # logs and the pivots' records beside it were read as inventories, and warned about, in every run).
+    inventory = os.path.join(work, "inventory")
+    os.makedirs(inventory)
     results = os.path.join(work, "results")
-    tb.write_inventory(work, {HOST: {
+    tb.write_inventory(inventory, {HOST: {
         "ansible_port": HOST_SSH, "llmfleet_models_extra": {m: {"port": p} for m, p in PORTS.items()},
         "model_fetch_hf_endpoint": f"http://127.0.0.1:{HUB_PORT}", "pivot_benchmark": False,
         "pivot_controller_results_dir": results, "gateway_port": GATEWAY, "gateway_retry_after_s": 5,
@@ -167,15 +174,19 @@ def main():
     tb.hub("start", HUB_PORT)
     tb.machine_up(HOST, HOST_SSH, tb.vllm_image())
     try:
-        rc, out, _killed = harness.run_pivot(work, ["-e", "model=tiny-llama-a", "-e", "pivot_gateway=true", "-e", f"pivot_alias={ALIAS}"])
+        rc, out, _killed = harness.run_pivot(inventory, ["-e", f"model={args.serving}", "-e", "pivot_gateway=true", "-e", f"pivot_alias={ALIAS}"])
         if rc != 0:
             raise SystemExit(out[-4000:])
-        serving = "tiny-llama-a"
+        serving = args.serving
         for mode in args.modes:
             fails = mode in FAILING_MODES
             target = tb.other_model(serving)
-            tasks, changed, phase = boundaries(work, work, mode, target)
+            tasks, changed, phase = boundaries(inventory, work, mode, target)
             serving = serving if fails else target
+            # The unkilled run must leave the host as promised too: a trial that starts from a broken host says nothing.
+            left = harness.agrees(harness.host_state(HOST), serving)
+            if left:
+                raise SystemExit(f"the unkilled run of {mode} left the host not serving {serving} as recorded: {left}")
             if args.hold or args.tasks:
                 chosen = named(phase, args.tasks or HOLD_BOUNDARIES.get(mode, []))
             else:
@@ -189,7 +200,7 @@ def main():
                 reboot = args.reboot_every > 0 and count % args.reboot_every == args.reboot_every - 1
                 # A named boundary is killed by its name: where the phase's count of it was (index) is for the table.
                 boundary = name if (args.hold or args.tasks) else index
-                seen = trial(work, work, mode, target, boundary, name, reboot, serving)
+                seen = trial(inventory, work, mode, target, boundary, name, reboot, serving)
                 seen["index"] = index
                 rows.append(seen)
                 shown = ("mode", "boundary", "index", "task", "killed", "bad_answers", "healed", "problems", "failed",

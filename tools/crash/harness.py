@@ -31,7 +31,8 @@ def run_pivot(inventory, extra, crash_after=None, task_log=None, timeout_s=1800,
     (returncode, stdout, killed)."""
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_CALLBACK_PLUGINS=os.pathsep.join(p for p in (CALLBACKS, os.environ.get("ANSIBLE_CALLBACK_PLUGINS")) if p),
-               ANSIBLE_CALLBACKS_ENABLED="crash_after_task")
+               # Callbacks the caller enabled too (e.g. ansible.posix.profile_tasks for each task's time).
+               ANSIBLE_CALLBACKS_ENABLED=",".join(filter(None, ["crash_after_task", os.environ.get("ANSIBLE_CALLBACKS_ENABLED")])))
     env.pop("LLMFLEET_CRASH_AFTER", None)
     env.pop("LLMFLEET_CRASH_BEFORE_TASK_NAMED", None)
     if crash_before_task_named:
