@@ -8,6 +8,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import catalog as _catalog
+from ansible_collections.llmfleet.vllm.plugins.module_utils.plain_data import plain
 
 CATALOG_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'catalog', 'models.yml')
 
@@ -24,7 +25,7 @@ def load_catalog(path=CATALOG_PATH):
 def catalog_entry(name, extra=None, profile=None):
     """One validated catalog entry (defaults filled in, profile applied); fails naming the model and field."""
     try:
-        return _catalog.get(load_catalog(), name, extra, profile)
+        return _catalog.get(load_catalog(), name, plain(extra), profile)
     except _catalog.CatalogError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 
@@ -34,7 +35,7 @@ def catalog_models(extra=None):
     errors = catalog_validate(extra)
     if errors:
         raise AnsibleFilterError('invalid model catalog:\n  ' + '\n  '.join(errors))
-    return _catalog.merge(load_catalog(), extra)
+    return _catalog.merge(load_catalog(), plain(extra))
 
 
 def gpus_needed(entry):
@@ -46,7 +47,7 @@ def gpus_needed(entry):
 
 def catalog_validate(extra=None):
     """Error messages for the catalog with extra merged in (empty list when valid)."""
-    return _catalog.validate(load_catalog(), extra)
+    return _catalog.validate(load_catalog(), plain(extra))
 
 
 class FilterModule:

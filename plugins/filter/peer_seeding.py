@@ -6,11 +6,12 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmfleet.vllm.plugins.module_utils import peer_seeding as _seed
+from ansible_collections.llmfleet.vllm.plugins.module_utils.plain_data import plain
 
 
 def _wrap(name, call, *args, **kwargs):
     try:
-        return call(*args, **kwargs)
+        return call(*plain(args), **plain(kwargs))
     except (_seed.SeedError, TypeError, ValueError) as exc:
         raise AnsibleFilterError('%s: %s' % (name, exc)) from exc
 

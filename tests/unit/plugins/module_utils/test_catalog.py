@@ -111,6 +111,28 @@ def test_lists_in_extra_replace_rather_than_append():
     assert entry['allow_patterns'] == ['*.safetensors']
 
 
+class _Templated(dict):
+    """Stands for Ansible's lazily templated dict: copying it would copy the host's variables with it."""
+
+    def __deepcopy__(self, memo):
+        raise AssertionError('the caller\'s container was deep-copied')
+
+
+class _TaggedStr(str):
+    pass
+
+
+def test_the_filters_take_ansibles_values_as_plain_data_never_copying_its_containers():
+    extra = _Templated({'my-model': _Templated(SHIPPED['tiny-llama-a'], repo=_TaggedStr('me/my-model'),
+                                               serving=_Templated(SHIPPED['tiny-llama-a']['serving']), port=9000)})
+    with pytest.raises(AssertionError, match='deep-copied'):
+        catalog.get(SHIPPED, 'my-model', extra)  # what the filters spare the rules
+    entry = catalog_filter.catalog_entry('my-model', extra)
+    assert entry['repo'] == 'me/my-model' and not isinstance(entry['repo'], _TaggedStr)
+    assert not isinstance(entry['serving'], _Templated)
+    assert catalog_filter.catalog_validate(extra) == [] and 'my-model' in catalog_filter.catalog_models(extra)
+
+
 def _bad(mutate, name='minimax-m25'):
     entry = copy.deepcopy(SHIPPED[name])
     mutate(entry)
