@@ -523,6 +523,27 @@ def heal_changes_slot_port(record, intent):
     return bool(origin) and origin.get('unit') != target.get('unit') and origin.get('port') == port
 
 
+def heal_plan(record, intent):
+    """What healing the slot's half-done pivot does (None when there is none): roll it ``forward`` (it passed its
+    commit: the new model serves) or back to ``from`` (what the slot served before it, {} for nothing), and which
+    units that stops or starts. ``stop_new`` - the new model's unit, when rolling back and it is not the old one's;
+    ``restart_previous`` - the old model's unit again, when rolling back a pivot that reused it (a revision);
+    ``stop_previous`` - the replaced model on the slot's port, when rolling forward; ``drain_previous`` - the replaced
+    model on the other port (blue/green), drained at the gateway before its stop, when rolling forward."""
+    if not intent:
+        return None
+    forward, target, origin = intent.get('phase') == INTENT_COMMITTED, intent.get('to') or {}, intent.get('from') or {}
+    replaced = bool(origin) and origin.get('unit') != target.get('unit')
+    on_slot_port = origin.get('port') == (record or {}).get('port')
+    return {
+        'forward': forward, 'from': origin, 'changes_slot_port': heal_changes_slot_port(record, intent),
+        'stop_new': not forward and target.get('unit') != origin.get('unit', ''),
+        'restart_previous': not forward and bool(origin) and target.get('unit') == origin.get('unit'),
+        'stop_previous': forward and replaced and on_slot_port,
+        'drain_previous': forward and replaced and not on_slot_port,
+    }
+
+
 def slot_units(slots):
     """The units of every slot, those of a pivot in progress included (its old and its new model), and sleeping ones."""
     units = set()

@@ -339,12 +339,16 @@ intent:
   description: The slot's pivot in progress (C(phase) switching or committed, C(from), C(to), C(strategy), C(since), C(owner)); null when none.
   returned: always
   type: dict
-heal_changes_slot_port:
+heal:
   description:
-    - Whether healing the slot's pivot in progress (RV(intent)) stops or starts a model on the slot's own port, which the
-      gateway must close and drain first.
+    - What healing the slot's pivot in progress (RV(intent)) does; null when there is none. C(forward) (it passed its
+      commit) or back to C(from) (what the slot served, {} for nothing); C(changes_slot_port) - it stops or starts a
+      model on the slot's own port, which the gateway must close and drain first; the units it stops or starts -
+      C(stop_new) (rolling back), C(restart_previous) (rolling back a pivot that reused the old unit), C(stop_previous)
+      (rolling forward, the replaced model on the slot's port), C(drain_previous) (rolling forward, the replaced model on
+      the other port, drained at the gateway first).
   returned: always
-  type: bool
+  type: dict
 units:
   description: The units of every slot (to tell them from servers the collection does not manage).
   returned: always
@@ -587,7 +591,7 @@ def main():
         module.fail_json(msg=str(exc))
     result = dict(changed=False, slots=slots, slot=current, migrated=migrated, gateway=gateway,
                   gateway_source=gateway_source, hold=hold, hold_source=hold_source, intent=hs.intent_of(current),
-                  heal_changes_slot_port=hs.heal_changes_slot_port(current, hs.intent_of(current)),
+                  heal=hs.heal_plan(current, hs.intent_of(current)),
                   state_dir=paths['state_dir'], records_dir=paths['records_dir'], units=hs.slot_units(slots))
     if p['action'] == 'plan':
         try:

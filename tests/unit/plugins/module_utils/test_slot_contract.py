@@ -313,3 +313,29 @@ def test_heal_closes_the_slot_port_when_it_stops_or_starts_a_model_there(record_
     record = {"model": "b", "port": record_port, "pivot": intent}
     assert hs.heal_changes_slot_port(record, hs.intent_of(record)) is expected
     assert hs.heal_changes_slot_port(record, None) is False
+
+
+A, B = {"unit": "vllm-a.service", "port": 8401, "model": "a"}, {"unit": "vllm-b.service", "port": 8401, "model": "b"}
+B_STANDBY, A_REVISION = dict(B, port=8402), dict(A, revision="new")
+
+
+@pytest.mark.parametrize("record_port, phase, origin, target, steps", [
+    # Back: stop the half-started new model; the old one starts again (heal.yml starts the recorded unit).
+    (8401, "switching", A, B, {"stop_new"}),
+    (8401, "switching", A, B_STANDBY, {"stop_new"}),
+    (8401, "switching", None, B, {"stop_new"}),
+    # Back from a revision: one unit, written again for the recorded revision and started.
+    (8401, "switching", A, A_REVISION, {"restart_previous"}),
+    # Forward: the replaced model goes, stopped where it holds the slot's port, drained first where it is on the other.
+    (8401, "committed", A, B, {"stop_previous"}),
+    (8402, "committed", A, B_STANDBY, {"drain_previous"}),
+    (8401, "committed", A, A_REVISION, set()),
+    (8401, "committed", None, B, set()),
+])
+def test_heal_plan_names_the_units_it_stops_or_starts(record_port, phase, origin, target, steps):
+    record = {"model": "b", "port": record_port, "pivot": {"phase": phase, "from": origin, "to": target}}
+    plan = hs.heal_plan(record, hs.intent_of(record))
+    assert {step for step in ("stop_new", "restart_previous", "stop_previous", "drain_previous") if plan[step]} == steps
+    assert plan["forward"] is (phase == "committed") and plan["from"] == (origin or {})
+    assert plan["changes_slot_port"] is hs.heal_changes_slot_port(record, hs.intent_of(record))
+    assert hs.heal_plan(record, None) is None
